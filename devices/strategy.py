@@ -1,0 +1,222 @@
+"""Strategies: where the model lives, how its steps run, and how processes agree (one process for now)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from devices import checkpoint_io
+from devices.accelerators import Accelerator
+from devices.checkpoint_io import PathLike
+from devices.precision import Precision
+from devices.transfer import move_optimizer_state, move_to_device
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+_REDUCE_OPS = ("mean", "avg", "sum", "product", "min", "max")
+_CPU = torch.device("cpu")
+
+
+class Strategy(ABC):
+    """What every strategy offers the trainer; subclasses decide the process layout."""
+
+    def __init__(self, accelerator: Accelerator, precision: Precision) -> None:
+        self.accelerator = accelerator
+        self.precision = precision
+
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device this process trains on."""
+
+    @property
+    @abstractmethod
+    def world_size(self) -> int:
+        """How many processes take part in the run."""
+
+    @property
+    @abstractmethod
+    def global_rank(self) -> int:
+        """This process's index among all processes."""
+
+    @property
+    @abstractmethod
+    def local_rank(self) -> int:
+        """This process's index on its node."""
+
+    @property
+    @abstractmethod
+    def node_rank(self) -> int:
+        """This node's index."""
+
+    @property
+    @abstractmethod
+    def num_devices(self) -> int:
+        """How many devices each node uses."""
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @abstractmethod
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point."""
+
+    @abstractmethod
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Return `src`'s `obj` on every process."""
+
+    @abstractmethod
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """Combine `tensor` across processes with `reduce_op`."""
+
+    @abstractmethod
+    def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
+        """Collect `tensor` from every process."""
+
+    @abstractmethod
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """Agree on a stop/save decision: every process (`all`) or any process must want it."""
+
+    def setup_environment(self) -> None:
+        """Prepare the device for this process; call once before the module moves."""
+        self.accelerator.setup_device(self.root_device)
+
+    def setup_module(self, module: ModuleT) -> ModuleT:
+        converted = self.precision.convert_module(module)
+        return self.model_to_device(converted)
+
+    def model_to_device(self, module: ModuleT) -> ModuleT:
+        return module.to(self.root_device)
+
+    def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
+        """The default behind `LightningModule.transfer_batch_to_device`."""
+        return move_to_device(batch, self.root_device if device is None else device)
+
+    def optimizers_to_device(
+        self, optimizers: Iterable[Optimizer], device: torch.device | None = None
+    ) -> None:
+        target = self.root_device if device is None else device
+        for optimizer in optimizers:
+            move_optimizer_state(optimizer, target)
+
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        self.precision.backward(loss, *args, **kwargs)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
+        return self.precision.optimizer_step(optimizer, closure, **kwargs)
+
+    def teardown(self, module: nn.Module | None = None, optimizers: Iterable[Optimizer] = ()) -> None:
+        """Leave the module and optimizer state on the CPU (on_fit_end sees them there); free the device."""
+        self.optimizers_to_device(optimizers, _CPU)
+        if module is not None:
+            module.to(_CPU)
+        self.accelerator.teardown()
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: PathLike, storage_options: dict[str, Any] | None = None
+    ) -> None:
+        # One writer: other ranks hold the same state and would race on the same file.
+        if self.is_global_zero:
+            checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
+
+    def load_checkpoint(
+        self, path: PathLike, storage_options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        # Load onto the CPU: restoring then copies into parameters wherever they live, and a file saved
+        # on a GPU still opens on a host without one.
+        return checkpoint_io.load_checkpoint(path, map_location=_CPU, storage_options=storage_options)
+
+    def remove_checkpoint(self, path: PathLike, storage_options: dict[str, Any] | None = None) -> None:
+        if self.is_global_zero:
+            checkpoint_io.remove_checkpoint(path, storage_options)
+
+    @abstractmethod
+    def on_exception(self, exception: BaseException) -> None:
+        """Called by the trainer's interrupt sequence, before teardown, to release collective resources."""
+
+
+class SingleDeviceStrategy(Strategy):
+    """One process on one device: collectives are identities."""
+
+    def __init__(self, accelerator: Accelerator, device: torch.device, precision: Precision) -> None:
+        super().__init__(accelerator, precision)
+        device = torch.device(device)
+        if device.type != accelerator.name:
+            raise ValueError(
+                f"device {str(device)!r} does not belong to accelerator {accelerator.name!r}; "
+                f"give a {accelerator.name!r} device"
+            )
+        self._root_device = device
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._root_device
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def num_devices(self) -> int:
+        return 1
+
+    def barrier(self, name: str | None = None) -> None:
+        """Nothing to wait for: this is the only process."""
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if src != 0:
+            raise ValueError(f"broadcast src={src!r} does not exist: the only process is rank 0")
+        return obj
+
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        _check_reduce_op(reduce_op)
+        return tensor
+
+    def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
+        return tensor
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return decision
+
+    def on_exception(self, exception: BaseException) -> None:
+        """One process holds no process group or peers, so an exception leaves nothing to release."""
+
+    def __repr__(self) -> str:
+        return (
+            f"SingleDeviceStrategy(accelerator={self.accelerator.name!r}, device={str(self.root_device)!r}, "
+            f"precision={self.precision.name!r})"
+        )
+
+
+def _check_reduce_op(reduce_op: Any) -> None:
+    """Refuse ops that a multi-process run would refuse, so a typo is caught on one device too."""
+    if isinstance(reduce_op, str):
+        if reduce_op.lower() in _REDUCE_OPS:
+            return
+    elif torch.distributed.is_available():
+        from torch.distributed import ReduceOp
+
+        if isinstance(reduce_op, (ReduceOp, ReduceOp.RedOpType)):
+            return
+    raise ValueError(
+        f"reduce_op={reduce_op!r} is not a reduction; use one of {list(_REDUCE_OPS)} "
+        "(any case) or a torch.distributed.ReduceOp"
+    )

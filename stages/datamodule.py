@@ -1,0 +1,81 @@
+"""LightningDataModule: data preparation, splits and loaders in one reusable object."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from stages.exceptions import MisconfigurationException
+from stages.hparams import AttributeDict, collect_init_args
+
+
+class LightningDataModule:
+    def __init__(self) -> None:
+        self.trainer: Any = None
+        self.prepare_data_per_node = True
+        self._hparams: AttributeDict = AttributeDict()
+        self._hparams_initial: AttributeDict = AttributeDict()
+        self._log_hyperparams = True
+
+    def save_hyperparameters(
+        self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True
+    ) -> None:
+        self._log_hyperparams = logger
+        ignored = [ignore] if isinstance(ignore, str) else list(ignore or [])
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            params = dict(args[0])
+        else:
+            init_args = collect_init_args(inspect.currentframe().f_back)
+            names = [a for a in args if isinstance(a, str)]
+            params = {k: v for k, v in init_args.items() if not names or k in names}
+        self._hparams = AttributeDict({k: v for k, v in params.items() if k not in ignored})
+        self._hparams_initial = copy.deepcopy(self._hparams)
+
+    @property
+    def hparams(self) -> AttributeDict:
+        return self._hparams
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        return self._hparams_initial
+
+    def prepare_data(self) -> None:
+        """Download or write data once per node (override it)."""
+
+    def setup(self, stage: str) -> None:
+        """Build the splits for `stage` (override it)."""
+
+    def teardown(self, stage: str) -> None:
+        """Release what setup built (override it)."""
+
+    def train_dataloader(self) -> Any:
+        raise MisconfigurationException(f"{type(self).__name__}.train_dataloader() is not implemented")
+
+    def val_dataloader(self) -> Any:
+        raise MisconfigurationException(f"{type(self).__name__}.val_dataloader() is not implemented")
+
+    def test_dataloader(self) -> Any:
+        raise MisconfigurationException(f"{type(self).__name__}.test_dataloader() is not implemented")
+
+    def predict_dataloader(self) -> Any:
+        raise MisconfigurationException(f"{type(self).__name__}.predict_dataloader() is not implemented")
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        return self.trainer.strategy.batch_to_device(batch, device)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (override both)."""
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when a run fails (override it)."""

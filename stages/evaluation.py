@@ -1,0 +1,192 @@
+"""Evaluation: the sanity check, in-fit validation, `validate` and `test` (reference 3.4 and 4; hooks: VAL)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from stages import data
+from stages.progress import BatchProgress
+from stages.training import SIGTERMException
+
+_NOUN = {"val": "validation", "test": "test"}
+
+
+def evaluate(
+    trainer: Any,
+    kind: str,
+    loaders: list[Any],
+    num_batches: list[int | float],
+    progress: BatchProgress,
+    *,
+    sanity: bool = False,
+    in_fit: bool = False,
+) -> list[dict[str, float]]:
+    """One pass over every loader, with the VAL hook sequence; returns one dict of numbers per loader."""
+    if sum(num_batches) == 0:
+        return []
+    noun = _NOUN[kind]
+    hooks = trainer._hooks
+    metrics = trainer._metrics
+    module = trainer.lightning_module
+    module._record_modes()
+    hooks.module(f"on_{noun}_model_eval")
+    hooks.callbacks(f"on_{noun}_start")
+    hooks.module(f"on_{noun}_start")
+    hooks.callbacks(f"on_{noun}_epoch_start")
+    hooks.module(f"on_{noun}_epoch_start")
+    progress.reset_current()
+    metrics.num_dataloaders = len(loaders)
+    grad_mode = torch.inference_mode() if trainer.inference_mode and not in_fit else torch.no_grad()
+    with grad_mode:
+        for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
+            metrics.dataloader_idx = dataloader_idx
+            last_loader = dataloader_idx == len(loaders) - 1
+            for batch_idx, batch, is_last in data.fetch(loader, count):
+                _eval_batch(
+                    trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity
+                )
+                progress.is_last_batch = is_last
+                if trainer.received_sigterm and not (is_last and last_loader):
+                    raise SIGTERMException()
+    metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
+    hooks.callbacks(f"on_{noun}_epoch_end")
+    hooks.module(f"on_{noun}_epoch_end")
+    reduced = metrics.epoch_end(kind, trainer.fit_loop.batches_that_stepped, not sanity)
+    hooks.callbacks(f"on_{noun}_end")
+    hooks.module(f"on_{noun}_end")
+    hooks.module(f"on_{noun}_model_train")
+    return metrics.eval_results(reduced, len(loaders))
+
+
+def _eval_batch(
+    trainer: Any,
+    noun: str,
+    kind: str,
+    batch: Any,
+    batch_idx: int,
+    dataloader_idx: int,
+    num_loaders: int,
+    progress: BatchProgress,
+    sanity: bool,
+) -> None:
+    hooks = trainer._hooks
+    progress.increment_ready()
+    batch = data.transfer(trainer, batch, dataloader_idx)
+    trainer._metrics.current_batch = batch
+    args = (batch, batch_idx, dataloader_idx) if num_loaders > 1 else (batch, batch_idx)
+    hooks.callbacks(f"on_{noun}_batch_start", *args)
+    hooks.module(f"on_{noun}_batch_start", *args)
+    progress.increment_started()
+    output = hooks.module(f"{noun}_step", *args)
+    progress.increment_processed()
+    hooks.callbacks(f"on_{noun}_batch_end", output, *args)
+    hooks.module(f"on_{noun}_batch_end", output, *args)
+    progress.increment_completed()
+    if not sanity:
+        trainer._metrics.step_end(kind, progress.total.completed, True)
+
+
+class FitValidation:
+    """The validation loaders of a fit, requested once and reused by the sanity check and every validation."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.loaders: list[Any] | None = None
+        self.num_batches: list[int | float] = []
+
+    @property
+    def has_loaders(self) -> bool:
+        return self.loaders is not None
+
+    def load_loaders(self) -> None:
+        trainer = self.trainer
+        self.loaders = data.as_list(data.request(trainer, "val"))
+        limit = trainer.limit_val_batches
+        self.num_batches = [
+            data.limited_batches(loader, limit, "limit_val_batches") for loader in self.loaders
+        ]
+        trainer.num_val_batches = list(self.num_batches)
+
+    def teardown(self) -> None:
+        self.loaders = None
+        self.num_batches = []
+
+    def run_sanity_check(self) -> str:
+        trainer = self.trainer
+        if not self.has_loaders:
+            self.load_loaders()
+        steps = trainer.num_sanity_val_steps
+        capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
+        trainer.num_sanity_val_batches = capped
+        trainer._metrics.reset_all()
+        trainer._hooks.callbacks("on_sanity_check_start")
+        evaluate(
+            trainer, "val", self.loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True
+        )
+        trainer._hooks.callbacks("on_sanity_check_end")
+        return "sanity_check_done"
+
+    def run(self) -> str:
+        trainer = self.trainer
+        loop = trainer.fit_loop
+        if not self.has_loaders:
+            self.load_loaders()
+        if loop.stepped_this_batch:
+            trainer._hooks.module("on_validation_model_zero_grad")
+        evaluate(trainer, "val", self.loaders, self.num_batches, loop.val_progress, in_fit=True)
+        loop.last_val_end_time = time.monotonic()
+        return "validation_done"
+
+
+def run_sanity_check(trainer: Any) -> str:
+    return trainer.fit_validation.run_sanity_check()
+
+
+def run_fit_validation(trainer: Any) -> str:
+    return trainer.fit_validation.run()
+
+
+def _run_standalone(trainer: Any, kind: str, progress: BatchProgress) -> str:
+    limit = trainer.limit_val_batches if kind == "val" else trainer.limit_test_batches
+    loaders = [] if limit == 0 else data.as_list(data.request(trainer, kind))
+    flag = "limit_val_batches" if kind == "val" else "limit_test_batches"
+    counts = [data.limited_batches(loader, limit, flag) for loader in loaders]
+    if kind == "val":
+        trainer.num_val_batches = counts
+    else:
+        trainer.num_test_batches = counts
+    results = evaluate(trainer, kind, loaders, counts, progress)
+    trainer._run.results = results
+    if trainer._run.verbose and trainer.is_global_zero and results:
+        print(format_results(results, kind))
+    return "finish"
+
+
+def run_validate(trainer: Any) -> str:
+    return _run_standalone(trainer, "val", trainer.validate_progress)
+
+
+def run_test(trainer: Any) -> str:
+    return _run_standalone(trainer, "test", trainer.test_progress)
+
+
+def format_results(results: list[dict[str, float]], kind: str) -> str:
+    """The results table `validate`/`test` print with verbose=True: one column per loader."""
+    title = "Validate metric" if kind == "val" else "Test metric"
+    names = sorted({name for result in results for name in result})
+    headers = [title] + [f"DataLoader {i}" for i in range(len(results))]
+    rows = [[name] + [_number(result.get(name)) for result in results] for name in names]
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    rule = "─" * (sum(widths) + 3 * len(widths) + 1)
+
+    def line(cells: list[str]) -> str:
+        return "│ " + " │ ".join(str(cell).center(width) for cell, width in zip(cells, widths)) + " │"
+
+    return "\n".join([rule, line(headers), rule, *(line(row) for row in rows), rule])
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"

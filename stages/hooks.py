@@ -1,0 +1,91 @@
+"""Calling hooks: callbacks, LightningModule, DataModule, in Lightning's owner order.
+
+Which callbacks override which hook is computed once per run, so a per-batch hook costs one dict lookup plus
+the calls that actually do something.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stages.callbacks.callback import Callback, Checkpoint
+
+
+def is_overridden(name: str, instance: object, parent: type) -> bool:
+    """True when `instance`'s class defines `name` differently from `parent`."""
+    attribute = getattr(type(instance), name, None)
+    return attribute is not None and attribute is not getattr(parent, name, None)
+
+
+def is_monitoring(callback: Callback) -> bool:
+    """Monitoring callbacks run after the module in `on_train_epoch_end` (reference 5.8)."""
+    from stages.callbacks.early_stopping import EarlyStopping
+
+    return isinstance(callback, Checkpoint | EarlyStopping)
+
+
+class HookRunner:
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self._overriding: dict[str, list[Callback]] = {}
+
+    def reset(self) -> None:
+        """Forget the override cache: the callback list changed."""
+        self._overriding = {}
+
+    def _callbacks_for(self, name: str) -> list[Callback]:
+        found = self._overriding.get(name)
+        if found is None:
+            found = [cb for cb in self.trainer.callbacks if is_overridden(name, cb, Callback)]
+            self._overriding[name] = found
+        return found
+
+    def callbacks(self, name: str, *args: Any, **kwargs: Any) -> None:
+        callbacks = self._callbacks_for(name)
+        if not callbacks:
+            return
+        trainer = self.trainer
+        module = trainer.lightning_module
+        previous = module._current_fx_name
+        module._current_fx_name = name
+        try:
+            for callback in callbacks:
+                getattr(callback, name)(trainer, module, *args, **kwargs)
+        finally:
+            module._current_fx_name = previous
+
+    def callbacks_where(self, name: str, monitoring: bool, *args: Any) -> None:
+        """Call `name` on the monitoring callbacks only, or on the others only."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        previous = module._current_fx_name
+        module._current_fx_name = name
+        try:
+            for callback in self._callbacks_for(name):
+                if is_monitoring(callback) == monitoring:
+                    getattr(callback, name)(trainer, module, *args)
+        finally:
+            module._current_fx_name = previous
+
+    def module(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        module = self.trainer.lightning_module
+        previous = module._current_fx_name
+        module._current_fx_name = name
+        try:
+            return getattr(module, name)(*args, **kwargs)
+        finally:
+            module._current_fx_name = previous
+
+    def module_if_overridden(self, name: str, *args: Any) -> Any:
+        from stages.module import LightningModule
+
+        module = self.trainer.lightning_module
+        if is_overridden(name, module, LightningModule):
+            return self.module(name, *args)
+        return None
+
+    def datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        datamodule = self.trainer.datamodule
+        if datamodule is None:
+            return None
+        return getattr(datamodule, name)(*args, **kwargs)

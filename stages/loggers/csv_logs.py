@@ -1,0 +1,189 @@
+"""CSV logger: metrics to `metrics.csv`, hyperparameters to `hparams.json`, every write atomic."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+import torch
+
+from stages.loggers.logger import (
+    Logger,
+    VersionedDir,
+    add_prefix,
+    check_prefix,
+    hparams_as_mapping,
+    metrics_to_floats,
+)
+
+METRICS_FILE = "metrics.csv"
+HPARAMS_FILE = "hparams.json"
+
+
+class CSVLogger(Logger):
+    """Writes `<save_dir>/<name>/version_<N>/metrics.csv` (a `step` column, then one column per metric key)
+    and `hparams.json`. Rows are buffered and written every `flush_logs_every_n_steps` steps and on save."""
+
+    PREFIX_SEPARATOR = "-"
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        if (
+            isinstance(flush_logs_every_n_steps, bool)
+            or not isinstance(flush_logs_every_n_steps, int)
+            or flush_logs_every_n_steps < 1
+        ):
+            raise ValueError(f"flush_logs_every_n_steps {flush_logs_every_n_steps!r} must be an int >= 1")
+        self._dir = VersionedDir(save_dir, name, version)
+        self._prefix = check_prefix(prefix)
+        self._flush_every = flush_logs_every_n_steps
+        self._experiment: CSVWriter | None = None
+
+    @property
+    def name(self) -> str:
+        return self._dir.name
+
+    @property
+    def version(self) -> int | str:
+        return self._dir.version
+
+    @property
+    def save_dir(self) -> str:
+        return self._dir.save_dir
+
+    @property
+    def root_dir(self) -> str:
+        return self._dir.root_dir
+
+    @property
+    def log_dir(self) -> str:
+        return self._dir.log_dir
+
+    @property
+    def experiment(self) -> CSVWriter:
+        if self._experiment is None:
+            self._experiment = CSVWriter(self.log_dir)
+        return self._experiment
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        writer = self.experiment
+        if step is None:
+            step = writer.rows_logged
+        writer.log_metrics(add_prefix(metrics_to_floats(metrics), self._prefix, self.PREFIX_SEPARATOR), step)
+        if (step + 1) % self._flush_every == 0:
+            writer.save()
+
+    def log_hyperparams(self, params: dict[str, Any] | argparse.Namespace) -> None:
+        self.experiment.log_hparams(params)
+
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.save()
+
+
+class CSVWriter:
+    """The CSVLogger's experiment: buffers rows and owns the two files of one log directory."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.metrics_file = os.path.join(log_dir, METRICS_FILE)
+        self.hparams_file = os.path.join(log_dir, HPARAMS_FILE)
+        self.hparams: dict[str, Any] = {}
+        self.rows_logged = 0
+        # the metric columns of the file on disk, "step" excluded
+        self._columns: list[str] = []
+        self._file_written = False
+        self._pending: list[dict[str, float | int]] = []
+        if os.path.isfile(self.metrics_file):
+            warnings.warn(
+                f"{self.metrics_file} already exists; "
+                "it will be replaced when this run first saves its metrics",
+                stacklevel=3,
+            )
+        os.makedirs(log_dir, exist_ok=True)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self._pending.append({"step": step, **metrics})
+        self.rows_logged += 1
+
+    def log_hparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
+        self.hparams.update(hparams_as_mapping(params))
+        text = json.dumps(_jsonable(self.hparams), indent=2, sort_keys=True) + "\n"
+        _atomic_write(self.hparams_file, lambda out: out.write(text))
+
+    def save(self) -> None:
+        if not self._pending:
+            return
+        seen = {key for row in self._pending for key in row if key != "step"}
+        new_keys = seen.difference(self._columns)
+        rows, self._pending = self._pending, []
+        if new_keys or not self._file_written:
+            # the header changes, so every earlier row is rewritten under the union of the keys
+            old_rows = self._read_rows() if self._file_written else []
+            self._columns = sorted(new_keys.union(self._columns))
+            _atomic_write(self.metrics_file, lambda out: self._write_rows(out, old_rows + rows, header=True))
+            self._file_written = True
+        else:
+            # copying the old bytes is cheaper than parsing them, and still never exposes a half-written file
+            def append(out: IO[str]) -> None:
+                with open(self.metrics_file, newline="") as existing:
+                    shutil.copyfileobj(existing, out)
+                self._write_rows(out, rows, header=False)
+
+            _atomic_write(self.metrics_file, append)
+
+    def _read_rows(self) -> list[dict[str, Any]]:
+        with open(self.metrics_file, newline="") as existing:
+            return list(csv.DictReader(existing))
+
+    def _write_rows(self, out: IO[str], rows: list[dict[str, Any]], header: bool) -> None:
+        writer = csv.DictWriter(out, fieldnames=["step", *self._columns], restval="")
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def _atomic_write(path: str, write: Callable[[IO[str]], Any]) -> None:
+    """Writes through a temporary file in the same directory, then renames it over `path`, so a reader or a
+    crash never sees a half-written file."""
+    directory, base = os.path.split(path)
+    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as out:
+            write(out)
+        os.replace(tmp_path, path)
+    except BaseException:
+        os.unlink(tmp_path)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    """Hyperparameters as JSON: nesting kept, tensors as numbers or lists, anything unknown as its str."""
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    # numpy scalars and arrays
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return _jsonable(tolist())
+    return str(value)

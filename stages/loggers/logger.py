@@ -1,0 +1,190 @@
+"""The Logger contract, the versioned log directory shared by the file loggers, and value conversions."""
+
+from __future__ import annotations
+
+import argparse
+import numbers
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+FINALIZE_STATUSES = ("success", "failed", "finished")
+
+
+class Logger(ABC):
+    """What the trainer calls on a logger. Only global rank zero should call the logging methods."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str | None:
+        """The experiment name: the folder under `save_dir` that groups this logger's versions."""
+
+    @property
+    @abstractmethod
+    def version(self) -> int | str | None:
+        """The run's version, shown as `v_num` in the progress bar."""
+
+    @property
+    def save_dir(self) -> str | None:
+        """The directory the logger writes under; None for loggers that write nowhere local."""
+        return None
+
+    @property
+    def root_dir(self) -> str | None:
+        """`save_dir` joined with `name`: the parent of all versions."""
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        """The directory of this run's files."""
+        return None
+
+    @property
+    def experiment(self) -> Any:
+        """The backend object (a writer, a run handle); None for loggers without one."""
+        return None
+
+    @abstractmethod
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record scalar metrics at `step`."""
+
+    @abstractmethod
+    def log_hyperparams(self, params: dict[str, Any] | argparse.Namespace) -> None:
+        """Record the run's hyperparameters."""
+
+    # save and after_save_checkpoint are optional hooks: doing nothing is the right default
+    def save(self) -> None:  # noqa: B027
+        """Persist anything buffered; loggers that buffer override it."""
+
+    def finalize(self, status: str) -> None:
+        """Called when a run ends; `status` is "success", "failed" or "finished" (preempted)."""
+        check_finalize_status(status)
+        self.save()
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:  # noqa: B027
+        """Called after a checkpoint callback saved a file; loggers that upload checkpoints override it."""
+
+
+def check_finalize_status(status: str) -> None:
+    if status not in FINALIZE_STATUSES:
+        allowed = ", ".join(map(repr, FINALIZE_STATUSES))
+        raise ValueError(f"finalize status {status!r} is not one of {allowed}")
+
+
+def hparams_as_mapping(params: Mapping[str, Any] | argparse.Namespace) -> Mapping[str, Any]:
+    if isinstance(params, argparse.Namespace):
+        return vars(params)
+    if not isinstance(params, Mapping):
+        raise ValueError(
+            f"hyperparameters must be a dict or an argparse.Namespace, got {type(params).__name__}: "
+            f"{params!r}"
+        )
+    return params
+
+
+def flatten_hparams(params: Mapping[str, Any] | argparse.Namespace, delimiter: str = "/") -> dict[str, Any]:
+    """Nested mappings and Namespaces become one level, keys joined by `delimiter` (`{"opt": {"lr": 1}}` ->
+    `{"opt/lr": 1}`), because backends such as TensorBoard's hparams plugin only take flat key-value pairs."""
+    flat: dict[str, Any] = {}
+    for key, value in hparams_as_mapping(params).items():
+        if isinstance(value, argparse.Namespace):
+            value = vars(value)
+        if isinstance(value, Mapping):
+            for sub_key, sub_value in flatten_hparams(value, delimiter).items():
+                flat[f"{key}{delimiter}{sub_key}"] = sub_value
+        else:
+            flat[str(key)] = value
+    return flat
+
+
+def to_float(key: str, value: Any) -> float:
+    """One metric value as a float: numbers, one-element tensors and numpy scalars are accepted."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"metric {key!r} is a tensor of shape {tuple(value.shape)}; "
+                "only one-element tensors can be logged"
+            )
+        return float(value.item())
+    if isinstance(value, numbers.Real):
+        return float(value)
+    # numpy scalars are not registered as numbers.Real in every numpy version, but all have item()
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "size", None) == 1 and isinstance(item(), numbers.Real):
+        return float(item())
+    raise ValueError(
+        f"metric {key!r} has value {value!r}; only numbers and one-element tensors can be logged"
+    )
+
+
+def metrics_to_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {key: to_float(key, value) for key, value in metrics.items()}
+
+
+def add_prefix(metrics: dict[str, float], prefix: str, separator: str) -> dict[str, float]:
+    if not prefix:
+        return metrics
+    return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
+
+
+def check_prefix(prefix: Any) -> str:
+    if not isinstance(prefix, str):
+        raise ValueError(f"prefix {prefix!r} must be a str ('' for none)")
+    return prefix
+
+
+class VersionedDir:
+    """`<save_dir>/<name>/<version>`: a str version is the folder name, an int N gives `version_N`, and None
+    picks the next free N among the existing `version_*` folders, once, on first use."""
+
+    def __init__(self, save_dir: str | os.PathLike[str], name: str | None, version: int | str | None) -> None:
+        if not isinstance(save_dir, (str, os.PathLike)):
+            raise ValueError(f"save_dir {save_dir!r} must be a str or os.PathLike naming a local directory")
+        save_dir = os.fspath(save_dir)
+        if "://" in save_dir:
+            raise ValueError(f"save_dir {save_dir!r} is a URL; only local directories are supported")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"name {name!r} must be a str, or None or '' for no name folder")
+        if isinstance(version, bool) or not isinstance(version, (int, str, type(None))):
+            raise ValueError(f"version {version!r} must be a non-negative int, a folder name (str) or None")
+        if isinstance(version, int) and version < 0:
+            raise ValueError(f"version {version!r} must be a non-negative int, a folder name (str) or None")
+        if version == "":
+            raise ValueError("version '' is empty; give a folder name, a non-negative int, or None")
+        self.save_dir = os.path.expanduser(save_dir)
+        self.name = name or ""
+        self._version = version
+
+    @property
+    def root_dir(self) -> str:
+        return os.path.join(self.save_dir, self.name) if self.name else self.save_dir
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = next_version(self.root_dir)
+        return self._version
+
+    @property
+    def log_dir(self) -> str:
+        version = self.version
+        return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+
+
+def next_version(root_dir: str) -> int:
+    """One more than the largest N among `root_dir/version_N` folders, 0 when there are none."""
+    try:
+        entries = os.listdir(root_dir)
+    except FileNotFoundError:
+        return 0
+    taken = []
+    for entry in entries:
+        suffix = entry[len("version_") :]
+        # isdigit alone admits non-ASCII digits such as "²", which int() rejects
+        if entry.startswith("version_") and suffix.isascii() and suffix.isdigit():
+            if os.path.isdir(os.path.join(root_dir, entry)):
+                taken.append(int(suffix))
+    return max(taken) + 1 if taken else 0

@@ -1,0 +1,146 @@
+"""TensorBoard logger: scalars and the hparams plugin's data, written by torch's SummaryWriter."""
+
+from __future__ import annotations
+
+import argparse
+import numbers
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stages.loggers.logger import (
+    Logger,
+    VersionedDir,
+    add_prefix,
+    check_finalize_status,
+    check_prefix,
+    flatten_hparams,
+    metrics_to_floats,
+)
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+
+class TensorBoardLogger(Logger):
+    """Writes to `<save_dir>/<name>/version_<N>[/<sub_dir>]`; the SummaryWriter (and with it the tensorboard
+    import) is created on first use so that importing the package stays fast."""
+
+    PREFIX_SEPARATOR = "-"
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not isinstance(log_graph, bool):
+            raise ValueError(f"log_graph {log_graph!r} must be a bool")
+        if log_graph:
+            raise ValueError("log_graph=True is not supported yet; use log_graph=False")
+        if not isinstance(default_hp_metric, bool):
+            raise ValueError(f"default_hp_metric {default_hp_metric!r} must be a bool")
+        if sub_dir is not None and not isinstance(sub_dir, (str, os.PathLike)):
+            raise ValueError(f"sub_dir {sub_dir!r} must be a str, an os.PathLike or None")
+        self._dir = VersionedDir(save_dir, name, version)
+        self._default_hp_metric = default_hp_metric
+        self._prefix = check_prefix(prefix)
+        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
+        self._experiment: SummaryWriter | None = None
+
+    @property
+    def name(self) -> str:
+        return self._dir.name
+
+    @property
+    def version(self) -> int | str:
+        return self._dir.version
+
+    @property
+    def save_dir(self) -> str:
+        return self._dir.save_dir
+
+    @property
+    def root_dir(self) -> str:
+        return self._dir.root_dir
+
+    @property
+    def log_dir(self) -> str:
+        log_dir = self._dir.log_dir
+        return os.path.join(log_dir, self._sub_dir) if self._sub_dir else log_dir
+
+    @property
+    def sub_dir(self) -> str | None:
+        return self._sub_dir
+
+    @property
+    def experiment(self) -> SummaryWriter:
+        if self._experiment is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._experiment = SummaryWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        scalars = add_prefix(metrics_to_floats(metrics), self._prefix, self.PREFIX_SEPARATOR)
+        writer = self.experiment
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, step)
+
+    def log_hyperparams(
+        self,
+        params: dict[str, Any] | argparse.Namespace,
+        metrics: dict[str, float] | float | None = None,
+    ) -> None:
+        """Writes the hparams plugin's data; `metrics` (a dict, or one number for `hp_metric`) are the values
+        the hparams dashboard shows against these hyperparameters. Without them, `default_hp_metric` logs
+        `hp_metric` = -1 so the dashboard has a column to fill in later with `self.log("hp_metric", ...)`."""
+        from torch.utils.tensorboard.summary import hparams
+
+        flat = _sanitize_for_tensorboard(flatten_hparams(params))
+        if metrics is None:
+            metrics = {"hp_metric": -1.0} if self._default_hp_metric else {}
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        # prefixed before both writes, so the plugin's metric names match the scalar tags
+        scalars = add_prefix(metrics_to_floats(metrics), self._prefix, self.PREFIX_SEPARATOR)
+        for tag, value in scalars.items():
+            self.experiment.add_scalar(tag, value, 0)
+        experiment_summary, session_start, session_end = hparams(flat, scalars)
+        # _get_file_writer reopens the event file if finalize() closed it (fit, then test with one logger)
+        file_writer = self.experiment._get_file_writer()
+        for summary in (experiment_summary, session_start, session_end):
+            file_writer.add_summary(summary)
+
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.flush()
+
+    def finalize(self, status: str) -> None:
+        check_finalize_status(status)
+        if self._experiment is not None:
+            self._experiment.flush()
+            self._experiment.close()
+
+
+def _sanitize_for_tensorboard(params: dict[str, Any]) -> dict[str, bool | int | float | str]:
+    """The hparams plugin takes only bool, number and str values; anything else is shown as its str."""
+    clean: dict[str, bool | int | float | str] = {}
+    for key, value in params.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, (bool, str)):
+            clean[key] = value
+        elif isinstance(value, numbers.Integral):
+            clean[key] = int(value)
+        elif isinstance(value, numbers.Real):
+            clean[key] = float(value)
+        else:
+            clean[key] = str(value)
+    return clean

@@ -1,0 +1,250 @@
+"""Optimizers and schedulers: `configure_optimizers` parsing, the wrapped optimizer, backward, stepping."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from stages.exceptions import MisconfigurationException
+
+_SCHEDULER_KEYS = {
+    "scheduler",
+    "name",
+    "interval",
+    "frequency",
+    "monitor",
+    "strict",
+    "reduce_on_plateau",
+    "opt_idx",
+}
+
+
+@dataclass
+class LRSchedulerConfig:
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+
+
+def _is_plateau(scheduler: Any) -> bool:
+    return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def _scheduler_config(item: Any, monitor: str | None = None) -> LRSchedulerConfig:
+    if not isinstance(item, Mapping):
+        if _is_plateau(item) and monitor is None:
+            raise MisconfigurationException(
+                "ReduceLROnPlateau needs a metric: return {'optimizer': ..., 'lr_scheduler': ..., 'monitor': 'name'}"
+            )
+        return LRSchedulerConfig(scheduler=item, reduce_on_plateau=_is_plateau(item), monitor=monitor)
+    unknown = set(item) - _SCHEDULER_KEYS
+    if unknown or "scheduler" not in item:
+        raise MisconfigurationException(
+            f"lr_scheduler config {dict(item)!r}: needs 'scheduler'; allowed keys are {sorted(_SCHEDULER_KEYS)}"
+        )
+    interval = item.get("interval", "epoch")
+    if interval not in ("step", "epoch"):
+        raise MisconfigurationException(f"lr_scheduler interval={interval!r} must be 'step' or 'epoch'")
+    frequency = item.get("frequency", 1)
+    if not isinstance(frequency, int) or frequency < 1:
+        raise MisconfigurationException(f"lr_scheduler frequency={frequency!r} must be an int >= 1")
+    plateau = item.get("reduce_on_plateau", _is_plateau(item["scheduler"]))
+    chosen_monitor = item.get("monitor", monitor)
+    if plateau and chosen_monitor is None:
+        raise MisconfigurationException(
+            "a ReduceLROnPlateau scheduler config needs 'monitor': the metric to watch"
+        )
+    return LRSchedulerConfig(
+        scheduler=item["scheduler"],
+        name=item.get("name"),
+        interval=interval,
+        frequency=frequency,
+        reduce_on_plateau=plateau,
+        monitor=chosen_monitor,
+        strict=item.get("strict", True),
+    )
+
+
+def _from_dict(config: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    allowed = {"optimizer", "lr_scheduler", "monitor"}
+    if "optimizer" not in config or set(config) - allowed:
+        raise MisconfigurationException(
+            f"configure_optimizers returned {dict(config)!r}: a dict needs 'optimizer' and may have "
+            "'lr_scheduler' and 'monitor'"
+        )
+    schedulers = []
+    if config.get("lr_scheduler") is not None:
+        schedulers.append(_scheduler_config(config["lr_scheduler"], config.get("monitor")))
+    return [config["optimizer"]], schedulers
+
+
+def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    """Every return form of `configure_optimizers` (reference, issue 3): optimizer, list, pair of lists, dicts."""
+    if result is None:
+        return [], []
+    if isinstance(result, Optimizer):
+        return [result], []
+    if isinstance(result, Mapping):
+        return _from_dict(result)
+    if isinstance(result, Sequence) and len(result) == 2 and all(isinstance(x, Sequence) for x in result):
+        optimizers, schedulers = list(result[0]), list(result[1])
+        return _checked(optimizers), [_scheduler_config(s) for s in schedulers]
+    if isinstance(result, Sequence) and all(isinstance(x, Mapping) for x in result):
+        optimizers, configs = [], []
+        for item in result:
+            opts, scheds = _from_dict(item)
+            optimizers += opts
+            configs += scheds
+        return optimizers, configs
+    if isinstance(result, Sequence):
+        return _checked(list(result)), []
+    raise MisconfigurationException(
+        f"configure_optimizers returned {type(result).__name__}; expected an optimizer, a list of optimizers, "
+        "([optimizers], [schedulers]), a dict with 'optimizer', or a list of such dicts"
+    )
+
+
+def _checked(optimizers: list[Any]) -> list[Optimizer]:
+    bad = [type(o).__name__ for o in optimizers if not isinstance(o, Optimizer)]
+    if bad:
+        raise MisconfigurationException(f"configure_optimizers returned non-optimizers: {bad}")
+    return optimizers
+
+
+class LightningOptimizer:
+    """Wraps a torch optimizer so `step` runs the pre-step hooks and counts towards `global_step`."""
+
+    def __init__(self, optimizer: Optimizer, optimization: Optimization):
+        self.optimizer = optimizer
+        self._optimization = optimization
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> Any:
+        return self.optimizer.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        return self._optimization.step(self, closure, **kwargs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+
+class Optimization:
+    """The trainer's optimizers and schedulers, and the backward and step paths both optimization modes share."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.optimizers: list[Optimizer] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self.lightning_optimizers: list[LightningOptimizer] = []
+
+    def setup(self, module: Any) -> None:
+        optimizers, configs = parse_optimizers(self.trainer._hooks.module("configure_optimizers"))
+        if module.automatic_optimization and len(optimizers) > 1:
+            raise MisconfigurationException(
+                f"configure_optimizers returned {len(optimizers)} optimizers; several optimizers need manual "
+                "optimization (set self.automatic_optimization = False)"
+            )
+        self.optimizers = optimizers
+        self.lr_scheduler_configs = configs
+        self.lightning_optimizers = [LightningOptimizer(o, self) for o in optimizers]
+        self.trainer.strategy.optimizers_to_device(optimizers)
+
+    def run_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        hooks = self.trainer._hooks
+        hooks.callbacks("on_before_backward", loss)
+        hooks.module("on_before_backward", loss)
+        hooks.module("backward", loss, *args, **kwargs)
+        hooks.callbacks("on_after_backward")
+        hooks.module("on_after_backward")
+
+    def step(self, wrapped: LightningOptimizer, closure: Callable[[], Any] | None, **kwargs: Any) -> Any:
+        """The optimizer update: closure, then the pre-step hooks (and clipping when automatic), then update."""
+        trainer = self.trainer
+        optimizer = wrapped.optimizer
+
+        def closure_then_hooks() -> Any:
+            result = closure() if closure is not None else None
+            trainer._hooks.callbacks("on_before_optimizer_step", optimizer)
+            trainer._hooks.module("on_before_optimizer_step", optimizer)
+            if trainer.lightning_module.automatic_optimization:
+                trainer._hooks.module(
+                    "configure_gradient_clipping",
+                    optimizer,
+                    gradient_clip_val=trainer.gradient_clip_val,
+                    gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+                )
+            return result
+
+        output = trainer.strategy.optimizer_step(optimizer, closure_then_hooks, **kwargs)
+        trainer.fit_loop.on_optimizer_stepped()
+        return output
+
+    def step_schedulers(self, interval: str, index: int, plateau: bool) -> None:
+        """Step the schedulers of `interval` whose frequency divides `index` (`batch_idx+1` or `epoch+1`)."""
+        for config in self.lr_scheduler_configs:
+            if config.interval != interval or config.reduce_on_plateau != plateau or index % config.frequency:
+                continue
+            metric = None
+            if config.reduce_on_plateau:
+                metric = self._monitored(config)
+                if metric is None:
+                    continue
+            progress = self.trainer.fit_loop.scheduler_progress
+            progress.increment_ready()
+            self.trainer._hooks.module("lr_scheduler_step", config.scheduler, metric)
+            progress.increment_completed()
+
+    def _monitored(self, config: LRSchedulerConfig) -> Any:
+        metrics = self.trainer.callback_metrics
+        if config.monitor in metrics:
+            return metrics[config.monitor]
+        message = (
+            f"ReduceLROnPlateau conditioned on metric {config.monitor!r}, which is not available. "
+            f"Available metrics are: {sorted(metrics)}"
+        )
+        if config.strict:
+            raise MisconfigurationException(
+                message + ". Set strict=False in the scheduler config to skip instead"
+            )
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return None
+
+    def state_dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        optimizers = [o.state_dict() for o in self.optimizers]
+        schedulers = [c.scheduler.state_dict() for c in self.lr_scheduler_configs]
+        return optimizers, schedulers
+
+    def load_state_dicts(
+        self, optimizer_states: list[dict[str, Any]], scheduler_states: list[dict[str, Any]]
+    ) -> None:
+        if len(optimizer_states) != len(self.optimizers):
+            raise ValueError(
+                f"the checkpoint has {len(optimizer_states)} optimizer states but configure_optimizers returned "
+                f"{len(self.optimizers)} optimizers"
+            )
+        for optimizer, state in zip(self.optimizers, optimizer_states):
+            optimizer.load_state_dict(state)
+        self.trainer.strategy.optimizers_to_device(self.optimizers)
+        for config, state in zip(self.lr_scheduler_configs, scheduler_states):
+            config.scheduler.load_state_dict(state)

@@ -1,0 +1,375 @@
+"""The `fitting.training` handler: the fit loop's epochs and batches (reference 3.1, 3.2, 3.5).
+
+The running epoch is a generator: it yields `val_check` in a batch's post-batch phase, the machine moves to
+`fitting.validating`, and when control comes back the same generator carries on from that batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from stages import data
+from stages.exceptions import MisconfigurationException
+from stages.hooks import is_overridden
+from stages.module import LightningModule
+from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgress
+
+_log = logging.getLogger(__name__)
+
+
+class SIGTERMException(SystemExit):
+    """Raised at the next safe point after SIGTERM, so the interrupt path (and on_exception) runs."""
+
+    def __init__(self) -> None:
+        super().__init__(143)
+
+
+class FitLoop:
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.epoch_progress = Progress()
+        self.batch_progress = BatchProgress()
+        self.scheduler_progress = StepProgress()
+        self.optimizer_step_progress = StepProgress()
+        self.zero_grad_progress = ZeroGradProgress()
+        self.manual_step_progress = StepProgress()
+        self.val_progress = BatchProgress()
+        self.batches_that_stepped = 0
+        self.total_batch_idx = 0
+        self.num_training_batches: int | float = math.inf
+        self.val_check_batch: int | float = math.inf
+        self.val_check_seconds: float | None = None
+        self.last_val_end_time = 0.0
+        self.batch_idx = 0
+        self.is_last_batch = False
+        self.epoch_validates = False
+        self.train_started = False
+        self.resuming_in_validation = False
+        self.resume_mid_epoch = False
+        self.stepped_this_batch = False
+        self._train_loader: Any = None
+        self._epoch: Iterator[str] | None = None
+
+    @property
+    def train_loader(self) -> Any:
+        return self._train_loader
+
+    # ---- counters users read ----------------------------------------------------------------------------
+
+    @property
+    def current_epoch(self) -> int:
+        return self.epoch_progress.current.completed
+
+    @property
+    def global_step(self) -> int:
+        module = self.trainer.lightning_module
+        if module is not None and not module.automatic_optimization:
+            return self.manual_step_progress.total.completed
+        return self.optimizer_step_progress.total.completed
+
+    def on_optimizer_stepped(self) -> None:
+        manual = not self.trainer.lightning_module.automatic_optimization
+        progress = self.manual_step_progress if manual else self.optimizer_step_progress
+        progress.increment_ready()
+        progress.increment_completed()
+        self.stepped_this_batch = True
+
+    # ---- the handler ------------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Drive training until the machine must change state; return that event."""
+        trainer = self.trainer
+        fit_done = trainer._guards["fit_done"]
+        if self._train_loader is None:
+            self._setup_data()
+            if fit_done(trainer):
+                return "stop"
+            self._start_training()
+        if self._epoch is None:
+            if fit_done(trainer):
+                return "stop"
+            self._epoch = self._run_epoch()
+        with torch.autograd.set_detect_anomaly(trainer.detect_anomaly):
+            event = next(self._epoch, None)
+        if event is not None:
+            return event
+        self._epoch = None
+        return "stop" if fit_done(trainer) else "epoch_end"
+
+    def teardown(self) -> None:
+        """Drop the epoch in flight and the loaders: nothing of this run may leak into the next."""
+        self._epoch = None
+        self._train_loader = None
+        self.train_started = False
+
+    # ---- start ------------------------------------------------------------------------------------------
+
+    def _setup_data(self) -> None:
+        trainer = self.trainer
+        limit = trainer.limit_train_batches
+        if limit == 0 or not is_overridden("training_step", trainer.lightning_module, LightningModule):
+            self.num_training_batches = 0
+            self._train_loader = ()
+            return
+        self._train_loader = data.train_loader(data.request(trainer, "train"))
+        self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
+        self._set_val_check_batch()
+        self.last_val_end_time = time.monotonic()
+
+    def _set_val_check_batch(self) -> None:
+        trainer = self.trainer
+        interval = trainer.val_check_interval
+        self.val_check_seconds = trainer.val_check_seconds
+        if self.val_check_seconds is not None:
+            self.val_check_batch = math.inf
+        elif isinstance(interval, int):
+            too_many = interval > self.num_training_batches
+            if too_many and trainer.check_val_every_n_epoch is not None and trainer.limit_val_batches != 0:
+                raise ValueError(
+                    f"val_check_interval={interval} must not exceed the {self.num_training_batches} training "
+                    "batches per epoch; set check_val_every_n_epoch=None to validate every N batches across epochs"
+                )
+            self.val_check_batch = interval
+        elif self.num_training_batches == math.inf:
+            if interval != 1.0:
+                raise MisconfigurationException(
+                    f"val_check_interval={interval!r} (a fraction) needs a training loader with a length; "
+                    "give an int number of batches"
+                )
+            self.val_check_batch = math.inf
+        else:
+            self.val_check_batch = max(1, int(self.num_training_batches * interval))
+
+    def _start_training(self) -> None:
+        trainer = self.trainer
+        if self.epoch_validates_at(self.current_epoch) and not trainer.fit_validation.has_loaders:
+            trainer.fit_validation.load_loaders()
+        self.train_started = True
+        trainer._hooks.callbacks("on_train_start")
+        trainer._hooks.module("on_train_start")
+
+    def epoch_validates_at(self, epoch: int) -> bool:
+        trainer = self.trainer
+        every = trainer.check_val_every_n_epoch
+        return trainer.enable_validation and (every is None or (epoch + 1) % every == 0)
+
+    # ---- one epoch --------------------------------------------------------------------------------------
+
+    def _run_epoch(self) -> Iterator[str]:
+        trainer = self.trainer
+        hooks = trainer._hooks
+        self.epoch_validates = self.epoch_validates_at(self.current_epoch)
+        if self.epoch_validates and not trainer.fit_validation.has_loaders:
+            trainer.fit_validation.load_loaders()
+        if not self.resume_mid_epoch:
+            self.epoch_progress.increment_ready()
+            trainer._metrics.reset_bucket("train")
+            hooks.callbacks("on_train_epoch_start")
+            hooks.module("on_train_epoch_start")
+            self.epoch_progress.increment_started()
+            self.batch_progress.reset_current()
+        self.resume_mid_epoch = False
+        start = self.batch_progress.current.completed
+        for batch_idx, batch, is_last in data.fetch(self._train_loader, self.num_training_batches, start):
+            if not self._run_batch(batch_idx, batch, is_last):
+                break
+            if self.epoch_validates and trainer._guards["should_check_val"](trainer):
+                yield "val_check"
+            self._post_batch()
+            if self._epoch_should_end():
+                break
+        self._end_epoch()
+
+    def _run_batch(self, batch_idx: int, batch: Any, is_last: bool) -> bool:
+        """One batch up to `on_train_batch_end`; False when `on_train_batch_start` returned -1."""
+        trainer = self.trainer
+        hooks = trainer._hooks
+        self.batch_idx, self.is_last_batch = batch_idx, is_last
+        self.batch_progress.increment_ready()
+        self.batch_progress.is_last_batch = is_last
+        batch = data.transfer(trainer, batch, 0)
+        trainer._metrics.current_batch = batch
+        hooks.callbacks("on_train_batch_start", batch, batch_idx)
+        if hooks.module("on_train_batch_start", batch, batch_idx) == -1:
+            self.is_last_batch = True
+            return False
+        self.batch_progress.increment_started()
+        self.stepped_this_batch = False
+        if trainer.lightning_module.automatic_optimization:
+            outputs = self._automatic_step(batch, batch_idx, is_last)
+        else:
+            outputs = self._manual_step(batch, batch_idx)
+        self.batch_progress.increment_processed()
+        self._step_schedulers(batch_idx, is_last)
+        hooks.callbacks("on_train_batch_end", outputs, batch, batch_idx)
+        hooks.module("on_train_batch_end", outputs, batch, batch_idx)
+        self.batch_progress.increment_completed()
+        trainer._metrics.step_end("train", self.batches_that_stepped, self._should_log())
+        return True
+
+    def _should_log(self) -> bool:
+        every = self.trainer.log_every_n_steps
+        return bool(every) and ((self.batches_that_stepped + 1) % every == 0 or self.trainer.should_stop)
+
+    def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> dict[str, Any]:
+        trainer = self.trainer
+        hooks = trainer._hooks
+        k = trainer.accumulate_grad_batches
+        wrapped = trainer._optimization.lightning_optimizers
+        optimizer = wrapped[0].optimizer if wrapped else None
+        zero_grad_now = batch_idx % k == 0
+        captured: dict[str, Any] = {}
+
+        def closure() -> Tensor | None:
+            with torch.enable_grad():
+                output = hooks.module("training_step", batch, batch_idx)
+            loss = _loss_of(output)
+            if zero_grad_now and optimizer is not None:
+                self.zero_grad_progress.increment_ready()
+                hooks.callbacks("on_before_zero_grad", optimizer)
+                hooks.module("on_before_zero_grad", optimizer)
+                self.zero_grad_progress.increment_started()
+                hooks.module("optimizer_zero_grad", trainer.current_epoch, batch_idx, optimizer)
+                self.zero_grad_progress.increment_completed()
+            if loss is not None:
+                loss = loss / k if k > 1 else loss
+                trainer._optimization.run_backward(loss)
+            captured["output"], captured["loss"] = output, loss
+            return loss
+
+        steps = (batch_idx + 1) % k == 0 or is_last
+        if steps and optimizer is not None:
+            hooks.module("optimizer_step", trainer.current_epoch, batch_idx, wrapped[0], closure)
+        else:
+            closure()
+        return _outputs(captured["output"], captured["loss"])
+
+    def _manual_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+        with torch.enable_grad():
+            output = self.trainer._hooks.module("training_step", batch, batch_idx)
+        if isinstance(output, Tensor):
+            return {"loss": output.detach()}
+        if isinstance(output, dict):
+            return {
+                key: value.detach() if isinstance(value, Tensor) else value for key, value in output.items()
+            }
+        return {}
+
+    def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:
+        """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch (reference 3.5)."""
+        trainer = self.trainer
+        if not trainer.lightning_module.automatic_optimization or not self.stepped_this_batch:
+            return
+        optimization = trainer._optimization
+        optimization.step_schedulers("step", batch_idx + 1, plateau=False)
+        if is_last or batch_idx + 1 == self.num_training_batches:
+            optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
+
+    def _post_batch(self) -> None:
+        trainer = self.trainer
+        if trainer.lightning_module.automatic_optimization and self.stepped_this_batch:
+            trainer._optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
+        if self.stepped_this_batch:
+            self.batches_that_stepped += 1
+        if trainer.should_stop:
+            for logger in trainer.loggers:
+                logger.save()
+        self.total_batch_idx += 1
+        if trainer.received_sigterm and not self._training_done_this_epoch():
+            raise SIGTERMException()
+
+    def _training_done_this_epoch(self) -> bool:
+        trainer = self.trainer
+        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            return True
+        return self.is_last_batch or self.batch_progress.current.ready == self.num_training_batches
+
+    def _epoch_should_end(self) -> bool:
+        trainer = self.trainer
+        if self._training_done_this_epoch():
+            return True
+        if trainer.should_stop:
+            if trainer._minimums_met():
+                return True
+            _log.info(
+                "should_stop was set, but training continues until min_epochs=%s and min_steps=%s are met",
+                trainer.min_epochs,
+                trainer.min_steps,
+            )
+        return False
+
+    def _end_epoch(self) -> None:
+        trainer = self.trainer
+        hooks = trainer._hooks
+        self.epoch_progress.increment_processed()
+        hooks.callbacks_where("on_train_epoch_end", False)
+        hooks.module("on_train_epoch_end")
+        hooks.callbacks_where("on_train_epoch_end", True)
+        trainer._metrics.epoch_end("train", self.batches_that_stepped, bool(trainer.loggers))
+        if trainer.lightning_module.automatic_optimization and self._all_batches_ran():
+            trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
+        self.epoch_progress.increment_completed()
+        if trainer.received_sigterm:
+            raise SIGTERMException()
+
+    def _all_batches_ran(self) -> bool:
+        return self.batch_progress.current.completed == self.num_training_batches or self.is_last_batch
+
+    # ---- checkpoint state (reference 7.2) ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "state_dict": {},
+            "epoch_loop.state_dict": {"_batches_that_stepped": self.batches_that_stepped},
+            "epoch_loop.batch_progress": self.batch_progress.state_dict(),
+            "epoch_loop.scheduler_progress": self.scheduler_progress.state_dict(),
+            "epoch_loop.manual_optimization.state_dict": {},
+            "epoch_loop.manual_optimization.optim_step_progress": self.manual_step_progress.state_dict(),
+            "epoch_loop.automatic_optimization.state_dict": {},
+            "epoch_loop.automatic_optimization.optim_progress": {
+                "optimizer": {
+                    "step": self.optimizer_step_progress.state_dict(),
+                    "zero_grad": self.zero_grad_progress.state_dict(),
+                }
+            },
+            "epoch_loop.val_loop.state_dict": {},
+            "epoch_loop.val_loop.batch_progress": self.val_progress.state_dict(),
+            "epoch_progress": self.epoch_progress.state_dict(),
+        }
+
+
+def _loss_of(output: Any) -> Tensor | None:
+    if output is None or isinstance(output, Tensor):
+        return output
+    if isinstance(output, dict):
+        if "loss" not in output:
+            raise MisconfigurationException(
+                f"training_step returned a dict without 'loss' (keys: {sorted(output)}); "
+                "return the loss tensor or a dict with 'loss'"
+            )
+        return output["loss"]
+    raise MisconfigurationException(
+        f"training_step returned {type(output).__name__}; return a loss tensor, a dict with 'loss', or None"
+    )
+
+
+def _outputs(output: Any, loss: Tensor | None) -> dict[str, Any]:
+    """What `on_train_batch_end` sees: the detached (divided) loss plus the step's other keys."""
+    if loss is None:
+        if output is None:
+            warnings.warn("training_step returned None: this batch was skipped", UserWarning, stacklevel=2)
+        return {}
+    extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
+    return {"loss": loss.detach(), **extra}
+
+
+def run_training(trainer: Any) -> str:
+    return trainer.fit_loop.run()

@@ -1,0 +1,232 @@
+"""Checkpoint logic: what goes into a Lightning-format file, where `ckpt_path` points, and how a run restores.
+
+File I/O (atomic writes, fsspec, clear errors on corrupt files) lives in `devices.checkpoint_io`.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+
+from devices.checkpoint_io import CorruptCheckpointError
+from stages.callbacks.model_checkpoint import ModelCheckpoint
+from stages.exceptions import MisconfigurationException
+
+if TYPE_CHECKING:
+    from statemachine.trainer import Trainer
+
+LIGHTNING_VERSION = "2.6.5"
+_LAST = re.compile(r"last(-v?\d+)?\.ckpt$")
+
+
+# ---- saving ---------------------------------------------------------------------------------------------
+
+
+def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
+    """The checkpoint dict, keys in Lightning's write order (reference 7.1)."""
+    module = trainer.lightning_module
+    checkpoint: dict[str, Any] = {
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "pytorch-lightning_version": LIGHTNING_VERSION,
+        "state_dict": module.state_dict(),
+        "loops": {
+            "fit_loop": trainer.fit_loop.state_dict(),
+            "validate_loop": _eval_loop_state(trainer.validate_progress.state_dict()),
+            "test_loop": _eval_loop_state(trainer.test_progress.state_dict()),
+            "predict_loop": _eval_loop_state(_without_last_batch(trainer.predict_progress.state_dict())),
+        },
+    }
+    if not weights_only:
+        checkpoint["callbacks"] = _callback_states(trainer)
+        optimizer_states, scheduler_states = trainer._optimization.state_dicts()
+        checkpoint["optimizer_states"] = optimizer_states
+        checkpoint["lr_schedulers"] = scheduler_states
+        precision_state = trainer.strategy.precision.state_dict()
+        if precision_state:
+            checkpoint[type(trainer.strategy.precision).__qualname__] = precision_state
+    _add_hparams(checkpoint, trainer)
+    datamodule = trainer.datamodule
+    if datamodule is not None:
+        state = datamodule.state_dict()
+        if state:
+            checkpoint[type(datamodule).__qualname__] = state
+    if not weights_only:
+        trainer._hooks.callbacks("on_save_checkpoint", checkpoint)
+    trainer._hooks.module("on_save_checkpoint", checkpoint)
+    return checkpoint
+
+
+def _eval_loop_state(batch_progress: dict[str, Any]) -> dict[str, Any]:
+    return {"state_dict": {}, "batch_progress": batch_progress}
+
+
+def _without_last_batch(state: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in state.items() if key != "is_last_batch"}
+
+
+def _callback_states(trainer: Trainer) -> dict[str, Any]:
+    states = {}
+    for callback in trainer.callbacks:
+        state = callback.state_dict()
+        if state:
+            states[callback.state_key] = state
+    return states
+
+
+def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
+    module = trainer.lightning_module
+    if module.hparams:
+        checkpoint["hparams_name"] = "kwargs"
+        checkpoint["hyper_parameters"] = dict(module.hparams)
+    datamodule = trainer.datamodule
+    if datamodule is not None and datamodule.hparams:
+        checkpoint["datamodule_hparams_name"] = "kwargs"
+        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+
+
+# ---- ckpt_path resolution (reference 7.3) ---------------------------------------------------------------
+
+
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
+    run = trainer._run
+    fn = run.fn.value
+    if ckpt_path is None and run.model_passed:
+        return None
+    if ckpt_path is None:
+        ckpt_path = "best"
+        warnings.warn(
+            f".{fn}(ckpt_path=None) was called without a model: the best checkpoint of the previous fit is used",
+            stacklevel=2,
+        )
+    if ckpt_path == "best":
+        return _best_path(trainer, fn)
+    if ckpt_path == "last":
+        return _last_path(trainer, fn)
+    if ckpt_path == "hpc":
+        raise ValueError(f'.{fn}(ckpt_path="hpc") needs a SLURM hpc checkpoint; none is supported or found')
+    if ckpt_path.startswith("registry"):
+        raise ValueError(f".{fn}(ckpt_path={ckpt_path!r}): the model registry is not supported")
+    if not ckpt_path:
+        raise ValueError(f".{fn}(ckpt_path='') is empty; give a path, 'best' or 'last'")
+    return ckpt_path
+
+
+def _best_path(trainer: Trainer, fn: str) -> str:
+    callbacks = trainer.checkpoint_callbacks
+    if not callbacks:
+        raise ValueError(f'.{fn}(ckpt_path="best") is set but no ModelCheckpoint is configured')
+    if len(callbacks) > 1:
+        warnings.warn(
+            f'.{fn}(ckpt_path="best") uses the first of {len(callbacks)} checkpoint callbacks', stacklevel=3
+        )
+    best = getattr(callbacks[0], "best_model_path", "")
+    if not best:
+        if trainer.fast_dev_run:
+            raise ValueError(
+                f'.{fn}(ckpt_path="best") cannot be used with fast_dev_run, which saves no checkpoint'
+            )
+        raise ValueError(f'.{fn}(ckpt_path="best") is set but the ModelCheckpoint has not saved a best model')
+    return best
+
+
+def _last_path(trainer: Trainer, fn: str) -> str | None:
+    candidates: list[tuple[float, str]] = []
+    for callback in trainer.checkpoint_callbacks:
+        if not isinstance(callback, ModelCheckpoint) or not callback.dirpath:
+            continue
+        fs, root = fsspec.core.url_to_fs(callback.dirpath)
+        if not fs.isdir(root):
+            continue
+        for path in fs.ls(root, detail=False):
+            if _LAST.search(path):
+                candidates.append((fs.modified(path).timestamp(), fs.unstrip_protocol(path)))
+    if not candidates:
+        warnings.warn(
+            f'.{fn}(ckpt_path="last") found no last checkpoint; starting from the current weights',
+            stacklevel=3,
+        )
+        return None
+    return max(candidates)[1]
+
+
+# ---- restoring ------------------------------------------------------------------------------------------
+
+
+def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Restore 1 (reference 2.2 step 6): module hook, weights, DataModule, callbacks."""
+    if "state_dict" not in checkpoint:
+        raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict' key)")
+    module = trainer.lightning_module
+    trainer._hooks.module("on_load_checkpoint", checkpoint)
+    module.load_state_dict(checkpoint["state_dict"], strict=module.strict_loading)
+    datamodule = trainer.datamodule
+    if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
+        datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
+    trainer._hooks.callbacks("on_load_checkpoint", checkpoint)
+    saved = dict(checkpoint.get("callbacks", {}))
+    for callback in trainer.callbacks:
+        state = saved.pop(callback.state_key, None)
+        if state is not None:
+            callback.load_state_dict(state)
+    if saved:
+        warnings.warn(
+            f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", stacklevel=2
+        )
+
+
+def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Restore 2 (reference 2.2 step 9): precision, the fit loop's counters, optimizers, schedulers."""
+    if "optimizer_states" not in checkpoint:
+        raise KeyError(
+            f"{path} has no optimizer states (saved with save_weights_only=True?): it can load weights for "
+            "validate/test/predict, but fit cannot resume from it"
+        )
+    precision = trainer.strategy.precision
+    precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
+    _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
+    if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:
+        raise MisconfigurationException(
+            f"{path} is at epoch {trainer.current_epoch}, past max_epochs={trainer.max_epochs}; raise max_epochs "
+            "to continue training"
+        )
+    trainer._optimization.load_state_dicts(
+        checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", [])
+    )
+
+
+def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
+    """Load the counters, then classify where the save happened (reference 7.2) so the run continues there."""
+    loop = trainer.fit_loop
+    loop.epoch_progress.load_state_dict(state["epoch_progress"])
+    loop.batch_progress.load_state_dict(state["epoch_loop.batch_progress"])
+    loop.scheduler_progress.load_state_dict(state["epoch_loop.scheduler_progress"])
+    loop.manual_step_progress.load_state_dict(state["epoch_loop.manual_optimization.optim_step_progress"])
+    optim = state["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
+    loop.optimizer_step_progress.load_state_dict(optim["step"])
+    loop.zero_grad_progress.load_state_dict(optim["zero_grad"])
+    loop.val_progress.load_state_dict(state["epoch_loop.val_loop.batch_progress"])
+    loop.batches_that_stepped = state["epoch_loop.state_dict"]["_batches_that_stepped"]
+    epoch, batch = loop.epoch_progress, loop.batch_progress
+    if batch.current.completed == batch.current.processed - 1:
+        batch.increment_completed()  # saved from on_train_batch_end: that batch is done
+    counts = epoch.current
+    inside_epoch = counts.processed == counts.started - 1
+    at_epoch_end = (
+        counts.ready == counts.started == counts.processed and counts.completed == counts.processed - 1
+    )
+    restart = inside_epoch or trainer.max_steps != -1
+    if restart and (inside_epoch or at_epoch_end) and not batch.is_last_batch:
+        if at_epoch_end:
+            counts.processed -= 1
+            epoch.total.processed -= 1
+        loop.resume_mid_epoch = True  # continue with the next batch, without on_train_epoch_start
+        return
+    if inside_epoch:
+        epoch.increment_processed()  # the save came from the epoch's last batch: that epoch is over
+    if counts.completed == counts.processed - 1:
+        epoch.increment_completed()
+    batch.reset_current()

@@ -1,0 +1,251 @@
+"""The Trainer's flags: Lightning 2.6's constructor arguments, validated up front in one pass.
+
+Every bad field is reported in one error, with the value given and what is allowed. Flags whose behaviour is
+not built are refused here, never accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from stages.exceptions import MisconfigurationException
+
+_TIME = (str, datetime.timedelta, dict)
+
+
+class InvalidTrainerArguments(MisconfigurationException, ValueError):
+    """Raised by `Trainer(...)` with every bad field listed."""
+
+
+def _limit(name: str, value: Any) -> int | float:
+    """Lightning's limit rule (reference 3.6): None -> 1.0, [0, 1] kept as given, whole numbers > 1 -> int."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name}={value!r} must be an int >= 0 or a float in [0.0, 1.0]")
+    if 0 <= value <= 1:
+        return value
+    if value > 1 and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"{name}={value!r} must be an int >= 0 or a float in [0.0, 1.0]")
+
+
+class TrainerConfig(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    accelerator: Any = "auto"
+    strategy: Any = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+    precision: Any = None
+    logger: Any = None
+    callbacks: Any = None
+    fast_dev_run: int | bool = False
+    max_epochs: int | None = None
+    min_epochs: int | None = None
+    max_steps: int = -1
+    min_steps: int | None = None
+    max_time: Any = None
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
+    limit_test_batches: Any = None
+    limit_predict_batches: Any = None
+    overfit_batches: Any = 0.0
+    val_check_interval: Any = None
+    check_val_every_n_epoch: Any = 1
+    num_sanity_val_steps: int | None = None
+    log_every_n_steps: int | None = None
+    enable_checkpointing: bool | None = None
+    enable_progress_bar: bool | None = None
+    enable_model_summary: bool | None = None
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: int | float | None = None
+    gradient_clip_algorithm: str | None = None
+    deterministic: bool | str | None = None
+    benchmark: bool | None = None
+    inference_mode: bool = True
+    use_distributed_sampler: bool = True
+    profiler: Any = None
+    detect_anomaly: bool = False
+    barebones: bool = False
+    plugins: Any = None
+    sync_batchnorm: bool = False
+    reload_dataloaders_every_n_epochs: int = 0
+    default_root_dir: str | os.PathLike[str] | None = None
+    enable_autolog_hparams: bool = True
+    model_registry: str | None = None
+
+    @field_validator(
+        "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"
+    )
+    @classmethod
+    def _limits(cls, value: Any, info: Any) -> int | float:
+        return _limit(info.field_name, value)
+
+    @field_validator("overfit_batches")
+    @classmethod
+    def _overfit(cls, value: Any) -> int | float:
+        return _limit("overfit_batches", value)
+
+    @field_validator("fast_dev_run")
+    @classmethod
+    def _fast_dev_run(cls, value: int | bool) -> int | bool:
+        if value < 0:
+            raise ValueError(f"fast_dev_run={value!r} must be a bool or an int >= 0")
+        return True if value is not True and value == 1 else value
+
+    @field_validator("max_epochs")
+    @classmethod
+    def _max_epochs(cls, value: int | None) -> int | None:
+        if value is not None and value < -1:
+            raise ValueError(f"max_epochs={value!r} must be None, -1 (unlimited) or >= 0")
+        return value
+
+    @field_validator("max_steps")
+    @classmethod
+    def _max_steps(cls, value: int) -> int:
+        if value < -1:
+            raise ValueError(f"max_steps={value!r} must be -1 (unlimited) or >= 0")
+        return value
+
+    @field_validator("min_epochs", "min_steps")
+    @classmethod
+    def _minimums(cls, value: int | None, info: Any) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError(f"{info.field_name}={value!r} must be None or >= 0")
+        return value
+
+    @field_validator("val_check_interval")
+    @classmethod
+    def _val_check_interval(cls, value: Any) -> Any:
+        if value is None or isinstance(value, _TIME):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(
+                f"val_check_interval={value!r} must be a float in (0.0, 1.0], an int > 0, or a duration "
+                "('DD:HH:MM:SS', timedelta or dict)"
+            )
+        if isinstance(value, float) and value > 1.0:
+            raise ValueError(
+                f"val_check_interval={value!r}: a float must be in (0.0, 1.0]; use an int for batches"
+            )
+        return value
+
+    @field_validator("check_val_every_n_epoch")
+    @classmethod
+    def _check_val_every_n_epoch(cls, value: Any) -> int | None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"check_val_every_n_epoch={value!r} must be an int >= 1 or None")
+        return value
+
+    @field_validator("num_sanity_val_steps")
+    @classmethod
+    def _sanity(cls, value: int | None) -> int | None:
+        if value is not None and value < -1:
+            raise ValueError(f"num_sanity_val_steps={value!r} must be -1 (all), 0 or a positive int")
+        return value
+
+    @field_validator("log_every_n_steps", "reload_dataloaders_every_n_epochs")
+    @classmethod
+    def _non_negative(cls, value: int | None, info: Any) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError(f"{info.field_name}={value!r} must be >= 0")
+        return value
+
+    @field_validator("accumulate_grad_batches")
+    @classmethod
+    def _accumulate(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"accumulate_grad_batches={value!r} must be an int >= 1")
+        return value
+
+    @field_validator("gradient_clip_algorithm")
+    @classmethod
+    def _clip_algorithm(cls, value: str | None) -> str | None:
+        if value is not None and value.lower() not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm={value!r} must be 'norm' or 'value'")
+        return None if value is None else value.lower()
+
+    @field_validator("deterministic")
+    @classmethod
+    def _deterministic(cls, value: bool | str | None) -> bool | str | None:
+        if isinstance(value, str) and value != "warn":
+            raise ValueError(f"deterministic={value!r} must be None, True, False or 'warn'")
+        return value
+
+    @field_validator("profiler", "plugins", "model_registry")
+    @classmethod
+    def _not_built(cls, value: Any, info: Any) -> Any:
+        if value is not None:
+            raise ValueError(f"{info.field_name}={value!r} is not supported yet; leave it as None")
+        return value
+
+    @field_validator("sync_batchnorm")
+    @classmethod
+    def _sync_batchnorm(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("sync_batchnorm=True needs a multi-process strategy, which is not supported yet")
+        return value
+
+    @model_validator(mode="after")
+    def _combinations(self) -> TrainerConfig:
+        if self.check_val_every_n_epoch is None and isinstance(self.val_check_interval, float):
+            raise ValueError(
+                f"val_check_interval={self.val_check_interval!r} (a float) needs check_val_every_n_epoch; "
+                "with check_val_every_n_epoch=None give an int number of batches"
+            )
+        if self.barebones:
+            self._check_barebones()
+        return self
+
+    def _check_barebones(self) -> None:
+        conflicts = [
+            name
+            for name, bad in (
+                ("enable_checkpointing", bool(self.enable_checkpointing)),
+                ("enable_progress_bar", bool(self.enable_progress_bar)),
+                ("enable_model_summary", bool(self.enable_model_summary)),
+                ("logger", self.logger not in (None, False)),
+                ("log_every_n_steps", self.log_every_n_steps not in (None, 0)),
+                ("num_sanity_val_steps", self.num_sanity_val_steps not in (None, 0)),
+                ("fast_dev_run", self.fast_dev_run not in (False, 0)),
+                ("detect_anomaly", self.detect_anomaly),
+            )
+            if bad
+        ]
+        if conflicts:
+            raise ValueError(f"barebones=True turns off {', '.join(conflicts)}; do not set them explicitly")
+
+
+def validate_config(arguments: dict[str, Any]) -> TrainerConfig:
+    """Build the config, turning pydantic's errors into one message that lists every bad field."""
+    try:
+        return TrainerConfig(**arguments)
+    except ValidationError as error:
+        lines = []
+        for item in error.errors():
+            field = ".".join(str(part) for part in item["loc"]) or "arguments"
+            given = arguments.get(str(item["loc"][0])) if item["loc"] else None
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"  {field}: {message}" + ("" if repr(given) in message else f" (got {given!r})"))
+        raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(lines)) from None
+
+
+def environment_defaults(class_name: str, known: set[str]) -> dict[str, Any]:
+    """`PL_<CLASSNAME>_<ARG>` defaults, read as Lightning does: literal_eval, else the raw string."""
+    prefix = f"PL_{class_name.upper()}_"
+    defaults: dict[str, Any] = {}
+    for key, raw in os.environ.items():
+        name = key[len(prefix) :].lower()
+        if not key.startswith(prefix) or name not in known or raw == "":
+            continue
+        try:
+            defaults[name] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            defaults[name] = raw
+    return defaults

@@ -1,0 +1,87 @@
+"""Transition coverage: which declared transitions fired, and how each guard decided, across a whole process.
+
+The machine records into the process-wide `COVERAGE`; the pytest plugin (`statemachine.pytest_plugin`) prints
+`COVERAGE.report()` at the end of a session and can fail it under a threshold. Counts from other processes
+(spawned DDP workers, subprocess tests) travel as `export()` dicts and are added back with `merge_counts`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from statemachine.guards import GUARDS
+from statemachine.table import TABLE, MachineTable
+
+
+class TransitionCoverage:
+    def __init__(self) -> None:
+        self._transitions: Counter[str] = Counter()
+        self._guards: Counter[tuple[str, bool]] = Counter()
+
+    def record_transition(self, key: str) -> None:
+        self._transitions[key] += 1
+
+    def record_guard(self, name: str, value: bool) -> None:
+        self._guards[(name, value)] += 1
+
+    def reset(self) -> None:
+        self._transitions.clear()
+        self._guards.clear()
+
+    def hits(self, key: str) -> int:
+        return self._transitions[key]
+
+    def guard_counts(self, name: str) -> tuple[int, int]:
+        """(times true, times false)."""
+        return self._guards[(name, True)], self._guards[(name, False)]
+
+    def percent(self, table: MachineTable = TABLE) -> float:
+        """Fired declared transitions as a percentage of the declared ones."""
+        declared = [t.key for t in table.transitions]
+        if not declared:
+            return 100.0
+        fired = sum(1 for key in declared if self._transitions[key])
+        return fired / len(declared) * 100
+
+    def report(self, table: MachineTable = TABLE) -> str:
+        declared = [t.key for t in table.transitions]
+        width = max((len(key) for key in declared), default=0)
+        lines = ["transitions (hits):"]
+        for key in declared:
+            hits = self._transitions[key]
+            lines.append(f"  {key.ljust(width)}  {hits:>6}" + ("  <- never fired" if hits == 0 else ""))
+        lines.append("guards (true/false):")
+        guard_width = max((len(name) for name in GUARDS), default=0)
+        for name in GUARDS:
+            true, false = self.guard_counts(name)
+            lines.append(f"  {name.ljust(guard_width)}  T {true:>6}  F {false:>6}")
+        fired = sum(1 for key in declared if self._transitions[key])
+        lines.append(f"transition coverage: {fired}/{len(declared)} ({self.percent(table):.1f}%)")
+        return "\n".join(lines)
+
+    def export(self) -> dict:
+        """The counts as plain JSON data, the shape `merge_counts(**exported)` takes back."""
+        names = dict.fromkeys(name for name, _ in self._guards)
+        guards = {name: list(self.guard_counts(name)) for name in names}
+        return {"transitions": dict(self._transitions), "guards": guards}
+
+    def merge_counts(self, transitions: Mapping[str, int], guards: Mapping[str, Sequence[int]]) -> None:
+        """Add counts recorded elsewhere (another process's `export()`)."""
+        for key, hits in transitions.items():
+            self._transitions[key] += _count(hits, f"transition {key!r}")
+        for name, pair in guards.items():
+            if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise ValueError(f"guard {name!r} counts must be a (true, false) pair, got {pair!r}")
+            self._guards[(name, True)] += _count(pair[0], f"guard {name!r} true")
+            self._guards[(name, False)] += _count(pair[1], f"guard {name!r} false")
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} count must be a non-negative int, got {value!r}")
+    return value
+
+
+COVERAGE = TransitionCoverage()
+"""The process-wide collector every machine records into."""

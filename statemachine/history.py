@@ -1,0 +1,393 @@
+"""The machine's history: one record per transition attempt, kept in a bounded ring buffer.
+
+A record says which trigger fired in which state, which edge was taken (or that none was), the guard outcomes,
+each callback with its duration, the trainer's position (epoch, step, batch, rank) and the exception if any.
+Dumps are JSON written through fsspec (local paths, `memory://`, `s3://`, ...), stamped with a format version
+and the table's digest so a dump can be checked against the table it ran on:
+
+    python -m statemachine.history show run.json     # a readable table
+    python -m statemachine.history check run.json    # is this a legal path through the table?
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import posixpath
+import sys
+import time
+import traceback
+import uuid
+import warnings
+from collections import deque
+from collections.abc import Sequence
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from pydantic import BaseModel, Field, ValidationError
+
+from statemachine.table import TABLE, MachineTable, TransitionSpec
+
+FORMAT_VERSION = 1
+
+
+class GuardRecord(BaseModel):
+    name: str
+    value: bool
+
+
+class CallbackRecord(BaseModel):
+    name: str
+    duration_s: float
+    error: str | None = None
+
+
+class ExceptionRecord(BaseModel):
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ExceptionRecord:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type=type(exc).__qualname__, message=str(exc), traceback=text)
+
+
+class TransitionRecord(BaseModel):
+    """One trigger attempt. The machine creates it with `History.open` and fills it in place.
+
+    `transition` is the key of the edge that was taken (None: refused, or failed before a guard passed);
+    `dest` is the state the machine ended in when the state changed (None: it did not change).
+    """
+
+    seq: int
+    wall_time: float
+    monotonic_time: float
+    trigger: str
+    source: str
+    transition: str | None = None
+    dest: str | None = None
+    guards: list[GuardRecord] = Field(default_factory=list)
+    callbacks: list[CallbackRecord] = Field(default_factory=list)
+    epoch: int
+    global_step: int
+    batch_idx: int | None = None
+    rank: int = 0
+    exception: ExceptionRecord | None = None
+
+    @property
+    def end_state(self) -> str:
+        return self.dest or self.source
+
+    @property
+    def refused(self) -> bool:
+        return self.transition is None and self.exception is None
+
+
+class HistoryDump(BaseModel):
+    format_version: int
+    table_digest: str
+    dropped: int
+    records: list[TransitionRecord]
+
+    def matches(self, table: MachineTable = TABLE) -> bool:
+        """Whether the dump was written by a run of `table` (same digest)."""
+        return self.table_digest == table.digest
+
+
+class History:
+    """A bounded ring buffer of transition records: a long run keeps the newest `maxlen`, counts the rest."""
+
+    def __init__(self, maxlen: int = 10_000) -> None:
+        if not isinstance(maxlen, int) or isinstance(maxlen, bool) or maxlen < 1:
+            raise ValueError(f"History maxlen must be a positive int, got {maxlen!r}")
+        self._records: deque[TransitionRecord] = deque(maxlen=maxlen)
+        self._next_seq = 0
+        self._dropped = 0
+
+    def open(
+        self, trigger: str, source: str, *, epoch: int, global_step: int, batch_idx: int | None, rank: int
+    ) -> TransitionRecord:
+        record = TransitionRecord(
+            seq=self._next_seq,
+            wall_time=time.time(),
+            monotonic_time=time.monotonic(),
+            trigger=trigger,
+            source=source,
+            epoch=epoch,
+            global_step=global_step,
+            batch_idx=batch_idx,
+            rank=rank,
+        )
+        if len(self._records) == self._records.maxlen:
+            self._dropped += 1
+        self._records.append(record)
+        self._next_seq += 1
+        return record
+
+    @property
+    def records(self) -> list[TransitionRecord]:
+        return list(self._records)
+
+    @property
+    def dropped(self) -> int:
+        """How many of the oldest records the ring buffer evicted."""
+        return self._dropped
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def to_dump(self, table: MachineTable = TABLE) -> HistoryDump:
+        return HistoryDump(
+            format_version=FORMAT_VERSION,
+            table_digest=table.digest,
+            dropped=self._dropped,
+            records=self.records,
+        )
+
+    def dump(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        table: MachineTable = TABLE,
+        storage_options: dict | None = None,
+    ) -> str:
+        """Write the history as JSON to `path` (anything fsspec writes), never leaving a half-written file."""
+        path = os.fspath(path)
+        data = self.to_dump(table).model_dump_json(indent=1).encode()
+        write_atomic(path, data, storage_options)
+        return path
+
+
+def write_atomic(path: str, data: bytes, storage_options: dict | None = None) -> None:
+    """Write `data` under a temporary name next to `path`, then move it over `path`; creates parent dirs."""
+    fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    if isinstance(fs, LocalFileSystem):
+        _write_local_atomic(fs_path, data)
+    else:
+        _write_remote_atomic(fs, fs_path, data)
+
+
+def _write_local_atomic(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    # os.open with 0o666 lets the umask decide the final permissions, as for any newly created file.
+    handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def _write_remote_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    temp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with fs.open(temp, "wb") as file:
+            file.write(data)
+        fs.mv(temp, path)
+    except BaseException:
+        if fs.exists(temp):
+            fs.rm(temp)
+        raise
+
+
+def load_history(path: str | os.PathLike[str], storage_options: dict | None = None) -> HistoryDump:
+    """Read a dump written by `History.dump`; every failure names the file and what is wrong with it."""
+    path = os.fspath(path)
+    fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    try:
+        with fs.open(fs_path, "rb") as file:
+            raw = file.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"history dump {path!r} does not exist") from None
+    try:
+        data = json.loads(raw)
+    except ValueError as err:
+        raise ValueError(f"history dump {path!r} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"history dump {path!r} must hold a JSON object, got {type(data).__name__}")
+    _check_version(path, data)
+    try:
+        return HistoryDump.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"history dump {path!r} has the wrong shape: {_describe(err)}") from None
+
+
+def _check_version(path: str, data: dict) -> None:
+    # Checked before the shape: a future format may change the shape, and its version is the useful message.
+    if "format_version" not in data:
+        raise ValueError(f"history dump {path!r} has no format_version; expected {FORMAT_VERSION}")
+    version = data["format_version"]
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"history dump {path!r} has format_version {version!r}; "
+            f"this version reads format_version {FORMAT_VERSION}"
+        )
+
+
+def _describe(err: ValidationError, limit: int = 5) -> str:
+    errors = err.errors()
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in errors[:limit]]
+    more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
+    return "; ".join(parts) + more
+
+
+def warn_on_table_mismatch(dump: HistoryDump, table: MachineTable = TABLE) -> bool:
+    """Warn when a dump came from another table: its path would be judged by a table it did not run on."""
+    if dump.matches(table):
+        return True
+    warnings.warn(
+        f"history dump was written with table {dump.table_digest}, the current table is {table.digest}; "
+        "states and transitions may have changed since",
+        UserWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+# ---- legality ---------------------------------------------------------------------------------------------
+
+
+def check_path(
+    records: Sequence[TransitionRecord], table: MachineTable = TABLE, *, from_initial: bool = True
+) -> list[str]:
+    """The problems that make `records` an illegal path through `table`; an empty list means legal.
+
+    Pass `from_initial=False` when older records were dropped (the path then starts mid-run).
+    """
+    by_key = {t.key: t for t in table.transitions}
+    problems: list[str] = []
+    if records and from_initial and records[0].source != table.initial:
+        first = records[0]
+        problems.append(f"seq {first.seq}: path starts in {first.source!r}, not in {table.initial!r}")
+    previous: TransitionRecord | None = None
+    for record in records:
+        if previous is not None and record.source != previous.end_state:
+            problems.append(
+                f"seq {record.seq}: source {record.source!r} is not where seq {previous.seq} "
+                f"ended ({previous.end_state!r})"
+            )
+        problems += _record_problems(record, by_key)
+        previous = record
+    return problems
+
+
+def _record_problems(record: TransitionRecord, by_key: dict[str, TransitionSpec]) -> list[str]:
+    where = f"seq {record.seq}"
+    if record.transition is None:
+        if record.dest is not None:
+            return [f"{where}: state changed to {record.dest!r} without a transition"]
+        return []
+    spec = by_key.get(record.transition)
+    if spec is None:
+        return [f"{where}: {record.transition!r} is not a declared transition"]
+    problems = []
+    if spec.source != record.source:
+        problems.append(f"{where}: {record.transition!r} taken from {record.source!r}")
+    if spec.trigger != record.trigger:
+        problems.append(f"{where}: {record.transition!r} taken on trigger {record.trigger!r}")
+    if record.dest is not None and record.dest != spec.dest:
+        problems.append(f"{where}: {record.transition!r} ended in {record.dest!r}")
+    return problems
+
+
+# ---- viewer -----------------------------------------------------------------------------------------------
+
+_COLUMNS = ("seq", "time", "trigger", "source -> end state", "guards", "epoch/step/batch", "callbacks")
+
+
+def format_table(dump: HistoryDump) -> str:
+    """A fixed-width table of the dump, one line per record, exceptions and callback errors indented below."""
+    start = dump.records[0].wall_time if dump.records else 0.0
+    rows = [_COLUMNS] + [_row(record, start) for record in dump.records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS) - 1)]
+    lines = [_header(dump)]
+    for index, row in enumerate(rows):
+        cells = [cell.rjust(w) if i < 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+        if index:
+            lines += _detail_lines(dump.records[index - 1])
+    return "\n".join(lines)
+
+
+def _header(dump: HistoryDump) -> str:
+    match = "matches the current table" if dump.matches() else f"DIFFERS from current table {TABLE.digest}"
+    return (
+        f"history format {dump.format_version}, table {dump.table_digest} ({match}), "
+        f"{len(dump.records)} records, {dump.dropped} dropped"
+    )
+
+
+def _row(record: TransitionRecord, start: float) -> tuple[str, ...]:
+    if record.refused:
+        move = f"{record.source} -> (refused)"
+    elif record.exception is not None and record.dest is None:
+        move = f"{record.source} -> (failed)"
+    else:
+        move = f"{record.source} -> {record.end_state}"
+    guards = " ".join(f"{g.name}={'T' if g.value else 'F'}" for g in record.guards) or "-"
+    batch = "-" if record.batch_idx is None else str(record.batch_idx)
+    position = f"{record.epoch}/{record.global_step}/{batch}"
+    if record.rank:
+        position += f" rank {record.rank}"
+    callbacks = ", ".join(f"{c.name} {c.duration_s * 1000:.1f}ms" for c in record.callbacks) or "-"
+    elapsed = f"{record.wall_time - start:.3f}s"
+    return (str(record.seq), elapsed, record.trigger, move, guards, position, callbacks)
+
+
+def _detail_lines(record: TransitionRecord) -> list[str]:
+    lines = [f"      ! callback {c.name} failed: {c.error}" for c in record.callbacks if c.error is not None]
+    if record.exception is not None:
+        lines.append(f"      ! {record.exception.type}: {record.exception.message}")
+    return lines
+
+
+# ---- command line -----------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m statemachine.history", description="Inspect a state-machine history dump."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("show", "print the dump as a table"),
+        ("check", "check that it is a legal path"),
+    ):
+        commands.add_parser(name, help=help_text).add_argument("path", help="dump file or fsspec URL")
+    args = parser.parse_args(argv)
+    try:
+        dump = load_history(args.path)
+    except (FileNotFoundError, ValueError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    if args.command == "show":
+        print(format_table(dump))
+        return 0
+    return _run_check(dump)
+
+
+def _run_check(dump: HistoryDump) -> int:
+    if not dump.matches():
+        print(f"warning: dump table {dump.table_digest} differs from the current table {TABLE.digest}")
+    problems = check_path(dump.records, from_initial=dump.dropped == 0)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"illegal path: {len(problems)} problem(s) in {len(dump.records)} records")
+        return 1
+    print(f"legal path: {len(dump.records)} records")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

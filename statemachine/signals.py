@@ -1,0 +1,39 @@
+"""SIGTERM handling (reference 2.4): note the signal, let the loops raise at the next safe point."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+_log = logging.getLogger(__name__)
+
+
+class SignalConnector:
+    """Installs the SIGTERM handler for one run and restores the previous one at teardown."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self._previous: Any = None
+        self._installed = False
+
+    def register(self) -> None:
+        self.trainer.received_sigterm = False
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._installed = True
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        _log.info("received SIGTERM: the run stops at the next batch boundary")
+        self.trainer.received_sigterm = True
+        if callable(self._previous):
+            self._previous(signum, frame)
+
+    def restore(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._installed = False

@@ -1,0 +1,722 @@
+"""The Trainer: Lightning 2.6's constructor and entry points, driving one declarative state machine."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import devices
+from stages import data
+from stages.callbacks.callback import Callback, Checkpoint
+from stages.callbacks.early_stopping import EarlyStopping
+from stages.callbacks.model_checkpoint import ModelCheckpoint
+from stages.callbacks.model_summary import ModelSummary
+from stages.callbacks.progress import ProgressBar, TQDMProgressBar
+from stages.callbacks.timer import Timer, parse_duration
+from stages.datamodule import LightningDataModule
+from stages.evaluation import FitValidation
+from stages.exceptions import MisconfigurationException
+from stages.hooks import HookRunner, is_overridden
+from stages.loggers import Logger, TensorBoardLogger
+from stages.metrics import MetricsCollector
+from stages.module import LightningModule
+from stages.optimization import LRSchedulerConfig, Optimization
+from stages.progress import BatchProgress
+from stages.training import FitLoop
+from statemachine import guards
+from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
+from statemachine.enums import RunningStage, TrainerFn, TrainerState
+from statemachine.handlers import resolve_handler
+from statemachine.history import TransitionRecord
+from statemachine.machine import Flow
+from statemachine.signals import SignalConnector
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunContext:
+    """What one call of fit/validate/test/predict works on; dropped when the call returns."""
+
+    fn: TrainerFn
+    model: LightningModule
+    datamodule: LightningDataModule | None
+    loaders: dict[str, Any]
+    ckpt_path_arg: str | None
+    verbose: bool = True
+    return_predictions: bool = True
+    ckpt_path: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    exception: BaseException | None = None
+    rng_state: dict[str, Any] = field(default_factory=dict)
+    results: list[dict[str, float]] = field(default_factory=list)
+    predictions: Any = None
+    model_passed: bool = True
+
+
+def _defaults_from_env(init: Callable[..., None]) -> Callable[..., None]:
+    """`PL_<CLASSNAME>_<ARG>` environment values become defaults; explicit arguments still win."""
+    names = set(inspect.signature(init).parameters) - {"self"}
+
+    @functools.wraps(init)
+    def wrapper(self: Trainer, **kwargs: Any) -> None:
+        init(self, **{**environment_defaults(type(self).__name__, names), **kwargs})
+
+    return wrapper
+
+
+class Trainer:
+    @_defaults_from_env
+    def __init__(
+        self,
+        *,
+        accelerator: str | Any = "auto",
+        strategy: str | Any = "auto",
+        devices: list[int] | str | int = "auto",
+        num_nodes: int = 1,
+        precision: int | str | None = None,
+        logger: Logger | list[Logger] | bool | None = None,
+        callbacks: list[Callback] | Callback | None = None,
+        fast_dev_run: int | bool = False,
+        max_epochs: int | None = None,
+        min_epochs: int | None = None,
+        max_steps: int = -1,
+        min_steps: int | None = None,
+        max_time: str | Any | dict[str, int] | None = None,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        val_check_interval: int | float | str | Any | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
+    ) -> None:
+        arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        config, self.strategy = _validated(arguments)
+        self._apply_flags(config)
+        self._guards = guards.GUARDS
+        self._hooks = HookRunner(self)
+        self._metrics = MetricsCollector(self)
+        self._optimization = Optimization(self)
+        self._signals = SignalConnector(self)
+        self.fit_loop = FitLoop(self)
+        self.fit_validation = FitValidation(self)
+        self.validate_progress = BatchProgress()
+        self.test_progress = BatchProgress()
+        self.predict_progress = BatchProgress()
+        self._run: RunContext | None = None
+        self._model: LightningModule | None = None
+        self.datamodule: LightningDataModule | None = None
+        self._last_fn: TrainerFn | None = None
+        self.should_stop = False
+        self.received_sigterm = False
+        self.history_dump_path: str | None = None
+        self.ckpt_path: str | None = None
+        self.num_val_batches: list[int | float] = []
+        self.num_sanity_val_batches: list[int | float] = []
+        self.num_test_batches: list[int | float] = []
+        self.num_predict_batches: list[int | float] = []
+        self.callbacks = self._build_callbacks(config)
+        self.loggers = self._build_loggers(config)
+        self._flow = Flow(self)
+
+    # ---- construction -----------------------------------------------------------------------------------
+
+    def _apply_flags(self, config: TrainerConfig) -> None:
+        barebones = config.barebones
+        self.barebones = barebones
+        self.fast_dev_run = config.fast_dev_run
+        self.max_steps = config.max_steps
+        self.min_steps = config.min_steps
+        self.min_epochs = (
+            config.min_epochs if config.min_epochs is not None else (1 if config.min_steps else 0)
+        )
+        self.limit_train_batches = config.limit_train_batches
+        self.limit_val_batches = config.limit_val_batches
+        self.limit_test_batches = config.limit_test_batches
+        self.limit_predict_batches = config.limit_predict_batches
+        self.val_check_interval = 1.0 if config.val_check_interval is None else config.val_check_interval
+        self.check_val_every_n_epoch = config.check_val_every_n_epoch
+        default_sanity = 0 if barebones else 2
+        self.num_sanity_val_steps = (
+            default_sanity if config.num_sanity_val_steps is None else config.num_sanity_val_steps
+        )
+        self.log_every_n_steps = (
+            (0 if barebones else 50) if config.log_every_n_steps is None else config.log_every_n_steps
+        )
+        self.accumulate_grad_batches = config.accumulate_grad_batches
+        self.gradient_clip_val = config.gradient_clip_val
+        self.gradient_clip_algorithm = config.gradient_clip_algorithm
+        self.inference_mode = config.inference_mode
+        self.use_distributed_sampler = config.use_distributed_sampler
+        self.detect_anomaly = config.detect_anomaly
+        self.enable_autolog_hparams = config.enable_autolog_hparams
+        self._default_root_dir = (
+            os.fspath(config.default_root_dir) if config.default_root_dir else os.getcwd()
+        )
+        self.max_time = parse_duration(config.max_time)
+        self.max_epochs = config.max_epochs
+        if self.max_epochs is None:
+            self.max_epochs = -1 if (self.max_steps != -1 or self.max_time is not None) else 1000
+        self._apply_fast_dev_run()
+        self._apply_determinism(config)
+
+    def _apply_fast_dev_run(self) -> None:
+        """Reference 3.6: a few batches of everything, no sanity check, no checkpoints, no logging."""
+        if not self.fast_dev_run:
+            return
+        n = int(self.fast_dev_run)
+        self.limit_train_batches = self.limit_val_batches = n
+        self.limit_test_batches = self.limit_predict_batches = n
+        self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
+        self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
+
+    def _apply_determinism(self, config: TrainerConfig) -> None:
+        if config.deterministic is not None:
+            torch.use_deterministic_algorithms(
+                bool(config.deterministic), warn_only=config.deterministic == "warn"
+            )
+            if config.deterministic:
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if config.benchmark is not None:
+            torch.backends.cudnn.benchmark = config.benchmark
+        elif config.deterministic:
+            torch.backends.cudnn.benchmark = False
+
+    def _build_callbacks(self, config: TrainerConfig) -> list[Callback]:
+        given = config.callbacks
+        user = [given] if isinstance(given, Callback) else list(given or [])
+        bad = [type(c).__name__ for c in user if not isinstance(c, Callback)]
+        if bad:
+            raise InvalidTrainerArguments(
+                f"invalid Trainer arguments:\n  callbacks: not Callback instances: {bad}"
+            )
+        on = not config.barebones
+        if _flag(config.enable_checkpointing, on) and not any(isinstance(c, Checkpoint) for c in user):
+            if not self.fast_dev_run:
+                user.append(ModelCheckpoint())
+        if not _flag(config.enable_checkpointing, on) and any(isinstance(c, Checkpoint) for c in user):
+            raise InvalidTrainerArguments(
+                "invalid Trainer arguments:\n  enable_checkpointing=False conflicts with the checkpoint callback given"
+            )
+        if self.max_time is not None and not any(isinstance(c, Timer) for c in user):
+            user.append(Timer(duration=self.max_time, interval="step"))
+        if _flag(config.enable_progress_bar, on) and not any(isinstance(c, ProgressBar) for c in user):
+            user.append(TQDMProgressBar())
+        if _flag(config.enable_model_summary, on) and not any(isinstance(c, ModelSummary) for c in user):
+            user.append(ModelSummary())
+        return _checkpoints_last(user)
+
+    def _build_loggers(self, config: TrainerConfig) -> list[Logger]:
+        given = config.logger
+        if self.fast_dev_run or given is False or (given is None and config.barebones):
+            return []
+        if given is None or given is True:
+            return [TensorBoardLogger(save_dir=self._default_root_dir)]
+        loggers = list(given) if isinstance(given, list | tuple) else [given]
+        bad = [type(lg).__name__ for lg in loggers if not isinstance(lg, Logger)]
+        if bad:
+            raise InvalidTrainerArguments(
+                f"invalid Trainer arguments:\n  logger: not Logger instances: {bad}"
+            )
+        return loggers
+
+    # ---- entry points -----------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        model: LightningModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._refuse_reentry("fit")
+        if isinstance(train_dataloaders, LightningDataModule):
+            train_dataloaders, datamodule = None, train_dataloaders
+        _check_model(model, "fit")
+        _check_data_arguments(datamodule, train_dataloaders, val_dataloaders)
+        self.should_stop = False
+        loaders = {"train": train_dataloaders, "val": val_dataloaders}
+        self._execute("fit", TrainerFn.FITTING, model, datamodule, loaders, ckpt_path)
+
+    def validate(
+        self,
+        model: LightningModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+        verbose: bool = True,
+        datamodule: LightningDataModule | None = None,
+    ) -> list[dict[str, float]]:
+        return self._evaluate(
+            "validate", TrainerFn.VALIDATING, "val", model, dataloaders, ckpt_path, verbose, datamodule
+        )
+
+    def test(
+        self,
+        model: LightningModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+        verbose: bool = True,
+        datamodule: LightningDataModule | None = None,
+    ) -> list[dict[str, float]]:
+        return self._evaluate(
+            "test", TrainerFn.TESTING, "test", model, dataloaders, ckpt_path, verbose, datamodule
+        )
+
+    def predict(
+        self,
+        model: LightningModule | None = None,
+        dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        return_predictions: bool | None = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        self._refuse_reentry("predict")
+        if isinstance(dataloaders, LightningDataModule):
+            dataloaders, datamodule = None, dataloaders
+        model = self._model_for("predict", model)
+        _check_data_arguments(datamodule, dataloaders)
+        run = self._execute(
+            "predict",
+            TrainerFn.PREDICTING,
+            model,
+            datamodule,
+            {"predict": dataloaders},
+            ckpt_path,
+            return_predictions=True if return_predictions is None else return_predictions,
+        )
+        return run.predictions
+
+    def _evaluate(
+        self,
+        trigger: str,
+        fn: TrainerFn,
+        kind: str,
+        model: LightningModule | None,
+        dataloaders: Any,
+        ckpt_path: Any,
+        verbose: bool,
+        datamodule: LightningDataModule | None,
+    ) -> list[dict[str, float]]:
+        self._refuse_reentry(trigger)
+        if isinstance(dataloaders, LightningDataModule):
+            dataloaders, datamodule = None, dataloaders
+        model = self._model_for(trigger, model)
+        step = "validation_step" if kind == "val" else "test_step"
+        if not is_overridden(step, model, LightningModule):
+            raise MisconfigurationException(
+                f"{type(model).__name__} has no {step}(), which Trainer.{trigger} needs"
+            )
+        _check_data_arguments(datamodule, dataloaders)
+        run = self._execute(trigger, fn, model, datamodule, {kind: dataloaders}, ckpt_path, verbose=verbose)
+        return run.results
+
+    def _model_for(self, trigger: str, model: LightningModule | None) -> LightningModule:
+        if model is None:
+            if self._model is None:
+                raise MisconfigurationException(
+                    f"Trainer.{trigger} needs a model: pass one, or call it after fit so the fitted one is used"
+                )
+            return self._model
+        _check_model(model, trigger)
+        return model
+
+    def _execute(
+        self,
+        trigger: str,
+        fn: TrainerFn,
+        model: LightningModule,
+        datamodule: LightningDataModule | None,
+        loaders: dict[str, Any],
+        ckpt_path: Any,
+        **options: Any,
+    ) -> RunContext:
+        if self.ckpt_path is not None and ckpt_path is not None:
+            warnings.warn(
+                "trainer.ckpt_path was set and a ckpt_path was passed; using the argument", stacklevel=3
+            )
+            self.ckpt_path = None
+        chosen = ckpt_path if ckpt_path is not None else self.ckpt_path
+        self._run = RunContext(
+            fn=fn,
+            model=model,
+            datamodule=datamodule,
+            loaders=loaders,
+            ckpt_path_arg=None if chosen is None else os.fspath(chosen),
+            model_passed=trigger == "fit" or model is not self._model,
+            **options,
+        )
+        self._last_fn = fn
+        run = self._run
+        try:
+            self._drive(trigger)
+        finally:
+            self.fit_validation.teardown()
+            self._run = None
+        return run
+
+    def _drive(self, trigger: str) -> None:
+        """DESIGN 3.3: fire the entry event, then let each state's handler choose the next event."""
+        flow = self._flow
+        try:
+            flow.fire(trigger)
+            while not flow.spec.resting:
+                event = resolve_handler(flow.spec.handler)(self)
+                flow.fire(event)
+        except BaseException as exception:
+            if not flow.spec.resting:
+                self._run.exception = exception
+                flow.fire("interrupt")
+            raise
+
+    def _refuse_reentry(self, trigger: str) -> None:
+        if not self._flow.spec.resting:
+            raise RuntimeError(
+                f"Trainer.{trigger}() was called while the trainer is running (state {self._flow.machine_state!r}); "
+                "call it after the current run returns"
+            )
+
+    # ---- the pieces transition callbacks use ------------------------------------------------------------
+
+    def _connect(self, model: LightningModule, datamodule: LightningDataModule | None) -> None:
+        self._model = model
+        model.trainer = self
+        self.datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = self
+        self._hooks.reset()
+
+    def _merge_model_callbacks(self) -> None:
+        extra = self._hooks.module("configure_callbacks")
+        extra = [extra] if isinstance(extra, Callback) else list(extra or [])
+        if extra:
+            replaced = {type(c) for c in extra}
+            self.callbacks = [c for c in self.callbacks if type(c) not in replaced] + extra
+        self.callbacks = _checkpoints_last(self.callbacks)
+        self._hooks.reset()
+
+    def _setup_optimizers(self) -> None:
+        self._optimization.setup(self.lightning_module)
+
+    def _collect_hparams(self) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        module = self.lightning_module
+        if module._log_hyperparams:
+            params.update(module.hparams_initial)
+        if self.datamodule is not None and self.datamodule._log_hyperparams:
+            params.update(self.datamodule.hparams_initial)
+        return params
+
+    def _minimums_met(self) -> bool:
+        return guards.minimums_met(self)
+
+    def _dump_interrupt_history(self) -> None:
+        record = self._flow.history.records[-1]
+        directory = self.log_dir or self.default_root_dir
+        path = os.path.join(directory, f"state-history-{record.seq}.json")
+        self.history_dump_path = self.dump_history(path)
+        _log.warning("the run was interrupted; its state history is in %s", self.history_dump_path)
+
+    # ---- state ------------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> TrainerState:
+        spec = self._flow.spec
+        fn = spec.fn if spec.fn is not None or spec.name == "idle" else self._last_fn
+        return TrainerState(status=spec.status, fn=fn, stage=spec.stage)
+
+    def _stage_is(self, stage: RunningStage) -> bool:
+        return self._flow.spec.stage == stage
+
+    training = property(lambda self: self._stage_is(RunningStage.TRAINING), doc="True while training.")
+    sanity_checking = property(lambda self: self._stage_is(RunningStage.SANITY_CHECKING))
+    validating = property(lambda self: self._stage_is(RunningStage.VALIDATING))
+    testing = property(lambda self: self._stage_is(RunningStage.TESTING))
+    predicting = property(lambda self: self._stage_is(RunningStage.PREDICTING))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _READ_ONLY_STAGES:
+            raise AttributeError(
+                f"trainer.{name} is a read-only view of the state machine; the stage changes only through the "
+                f"machine's transitions ({_READ_ONLY_STAGES[name]})"
+            )
+        super().__setattr__(name, value)
+
+    @property
+    def evaluating(self) -> bool:
+        stage = self._flow.spec.stage
+        return stage is not None and stage.evaluating
+
+    @property
+    def interrupted(self) -> bool:
+        return self._flow.machine_state == "interrupted"
+
+    @property
+    def history(self) -> list[TransitionRecord]:
+        return self._flow.history.records
+
+    def dump_history(
+        self, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    ) -> str:
+        """Write the state history as JSON to any fsspec URL (local path, memory://, s3://)."""
+        return self._flow.history.dump(os.fspath(path), storage_options=storage_options)
+
+    # ---- counters and results ---------------------------------------------------------------------------
+
+    @property
+    def current_epoch(self) -> int:
+        return self.fit_loop.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self.fit_loop.global_step
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        return self._metrics.callback_metrics
+
+    @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        return self._metrics.logged_metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        return self._metrics.progress_bar_metrics
+
+    @property
+    def num_training_batches(self) -> int | float:
+        return self.fit_loop.num_training_batches
+
+    @property
+    def is_last_batch(self) -> bool:
+        return self.fit_loop.is_last_batch
+
+    @property
+    def enable_validation(self) -> bool:
+        """A val source exists, `validation_step` is overridden and `limit_val_batches > 0` (reference 3.3)."""
+        if self._run is None or self.limit_val_batches == 0:
+            return False
+        return is_overridden("validation_step", self.lightning_module, LightningModule) and data.has_source(
+            self, "val"
+        )
+
+    @property
+    def val_check_seconds(self) -> float | None:
+        interval = self.val_check_interval
+        if isinstance(interval, int | float):
+            return None
+        return parse_duration(interval).total_seconds()
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps the whole fit will take, as far as the limits allow to know."""
+        per_epoch = self.num_training_batches
+        if per_epoch == float("inf"):
+            return float("inf") if self.max_steps == -1 else self.max_steps
+        steps_per_epoch = -(-int(per_epoch) // self.accumulate_grad_batches)
+        total = float("inf") if self.max_epochs == -1 else steps_per_epoch * self.max_epochs
+        return total if self.max_steps == -1 else min(total, self.max_steps)
+
+    # ---- model, data and plumbing -----------------------------------------------------------------------
+
+    @property
+    def lightning_module(self) -> LightningModule | None:
+        return self._model
+
+    @property
+    def model(self) -> LightningModule | None:
+        return self._model
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return self._optimization.optimizers
+
+    @property
+    def lr_scheduler_configs(self) -> list[LRSchedulerConfig]:
+        return self._optimization.lr_scheduler_configs
+
+    @property
+    def train_dataloader(self) -> Any:
+        return self.fit_loop.train_loader
+
+    @property
+    def val_dataloaders(self) -> Any:
+        return self.fit_validation.loaders
+
+    @property
+    def logger(self) -> Logger | None:
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def default_root_dir(self) -> str:
+        return self._default_root_dir
+
+    @property
+    def log_dir(self) -> str | None:
+        """The first logger's directory; the root dir when there is no logger."""
+        logger = self.logger
+        if logger is None:
+            return self.default_root_dir
+        return logger.log_dir or logger.save_dir or self.default_root_dir
+
+    @property
+    def checkpoint_callbacks(self) -> list[Checkpoint]:
+        return [c for c in self.callbacks if isinstance(c, Checkpoint)]
+
+    @property
+    def checkpoint_callback(self) -> Checkpoint | None:
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def early_stopping_callbacks(self) -> list[EarlyStopping]:
+        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
+
+    @property
+    def early_stopping_callback(self) -> EarlyStopping | None:
+        found = self.early_stopping_callbacks
+        return found[0] if found else None
+
+    @property
+    def progress_bar_callback(self) -> ProgressBar | None:
+        return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
+
+    @property
+    def accelerator(self) -> devices.Accelerator:
+        return self.strategy.accelerator
+
+    @property
+    def precision(self) -> str:
+        return self.strategy.precision.name
+
+    @property
+    def world_size(self) -> int:
+        return self.strategy.world_size
+
+    @property
+    def global_rank(self) -> int:
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self.strategy.node_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.strategy.is_global_zero
+
+    @property
+    def num_devices(self) -> int:
+        return self.strategy.num_devices
+
+    @property
+    def num_nodes(self) -> int:
+        return 1
+
+    @property
+    def device_ids(self) -> list[int]:
+        device = self.strategy.root_device
+        return [device.index or 0]
+
+    def save_checkpoint(
+        self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None
+    ) -> None:
+        """Write a Lightning-format checkpoint atomically (local path or fsspec URL)."""
+        from statemachine import checkpoint
+
+        if self._model is None:
+            raise AttributeError(
+                "Trainer.save_checkpoint needs a model: call it during or after fit/validate/test"
+            )
+        content = checkpoint.dump(self, weights_only=bool(weights_only))
+        self.strategy.save_checkpoint(content, os.fspath(filepath), storage_options=storage_options)
+        self.strategy.barrier("save_checkpoint")
+
+
+_READ_ONLY_STAGES = {
+    "training": "fit enters fitting.training",
+    "sanity_checking": "begin enters fitting.sanity_checking",
+    "validating": "val_check enters fitting.validating; validate enters validating",
+    "testing": "test enters testing",
+    "predicting": "predict enters predicting",
+}
+
+
+def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strategy]:
+    """Validate the flags and the hardware together, so one error lists every bad field."""
+    problems: list[str] = []
+    config = None
+    try:
+        config = validate_config(arguments)
+    except InvalidTrainerArguments as error:
+        problems += str(error).splitlines()[1:]
+    strategy = None
+    try:
+        strategy = devices.connect(
+            accelerator=arguments["accelerator"],
+            devices=arguments["devices"],
+            strategy=arguments["strategy"],
+            precision=arguments["precision"],
+            num_nodes=arguments["num_nodes"],
+        )
+    except ValueError as error:
+        problems += [f"  {line.strip()}" for line in str(error).splitlines() if line.strip()]
+    if problems:
+        raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
+    return config, strategy
+
+
+def _flag(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
+
+
+def _checkpoints_last(callbacks: list[Callback]) -> list[Callback]:
+    return [c for c in callbacks if not isinstance(c, Checkpoint)] + [
+        c for c in callbacks if isinstance(c, Checkpoint)
+    ]
+
+
+def _check_model(model: Any, trigger: str) -> None:
+    if not isinstance(model, LightningModule):
+        raise TypeError(f"Trainer.{trigger} needs a LightningModule; got {type(model).__name__}")
+
+
+def _check_data_arguments(datamodule: Any, *loaders: Any) -> None:
+    if datamodule is not None and not isinstance(datamodule, LightningDataModule):
+        raise TypeError(f"datamodule must be a LightningDataModule; got {type(datamodule).__name__}")
+    if datamodule is not None and any(loader is not None for loader in loaders):
+        raise MisconfigurationException("pass either dataloaders or a datamodule, not both")
