@@ -116,13 +116,14 @@ class FitValidation:
 
     def run_sanity_check(self) -> str:
         trainer = self.trainer
+        trainer._metrics.reset_all()
+        trainer._hooks.callbacks("on_sanity_check_start")
+        # Lightning's val loop requests its loaders when it runs, after `on_sanity_check_start` (reference 5.1)
         if not self.has_loaders:
             self.load_loaders()
         steps = trainer.num_sanity_val_steps
         capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
         trainer.num_sanity_val_batches = capped
-        trainer._metrics.reset_all()
-        trainer._hooks.callbacks("on_sanity_check_start")
         evaluate(
             trainer, "val", self.loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True
         )

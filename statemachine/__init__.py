@@ -1,50 +1,55 @@
 """statemachine: a PyTorch trainer with PyTorch Lightning's API whose control flow is one declarative machine.
 
+Use it as Lightning: `import statemachine as L`, then `L.Trainer`, `L.LightningModule`, ... The public names are
+imported on first use, so `import statemachine` (and the pytest plugin that ships with it) stays fast.
+
 Note: the import name `statemachine` is shared with the unrelated `python-statemachine` package; the two
 cannot be installed in one environment.
 """
 
-from stages.callbacks.callback import Callback
-from stages.callbacks.early_stopping import EarlyStopping
-from stages.callbacks.model_checkpoint import ModelCheckpoint
-from stages.callbacks.model_summary import ModelSummary
-from stages.callbacks.progress import ProgressBar, TQDMProgressBar
-from stages.callbacks.timer import Timer
-from stages.datamodule import LightningDataModule
-from stages.exceptions import MisconfigurationException
-from stages.loggers import CSVLogger, Logger, TensorBoardLogger
-from stages.module import LightningModule
-from stages.seed import seed_everything
-from stages.training import SIGTERMException
-from statemachine.enums import RunningStage, TrainerFn, TrainerState, TrainerStatus
-from statemachine.history import History, load_history
-from statemachine.machine import FlowError
-from statemachine.table import TABLE
-from statemachine.trainer import Trainer
+from __future__ import annotations
 
-__all__ = [
-    "TABLE",
-    "CSVLogger",
-    "Callback",
-    "EarlyStopping",
-    "FlowError",
-    "History",
-    "LightningDataModule",
-    "LightningModule",
-    "Logger",
-    "MisconfigurationException",
-    "ModelCheckpoint",
-    "ModelSummary",
-    "ProgressBar",
-    "RunningStage",
-    "SIGTERMException",
-    "TQDMProgressBar",
-    "TensorBoardLogger",
-    "Timer",
-    "Trainer",
-    "TrainerFn",
-    "TrainerState",
-    "TrainerStatus",
-    "load_history",
-    "seed_everything",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Callback": "stages.callbacks.callback",
+    "Checkpoint": "stages.callbacks.callback",
+    "EarlyStopping": "stages.callbacks.early_stopping",
+    "ModelCheckpoint": "stages.callbacks.model_checkpoint",
+    "ModelSummary": "stages.callbacks.model_summary",
+    "ProgressBar": "stages.callbacks.progress",
+    "TQDMProgressBar": "stages.callbacks.progress",
+    "Timer": "stages.callbacks.timer",
+    "LightningDataModule": "stages.datamodule",
+    "MisconfigurationException": "stages.exceptions",
+    "CSVLogger": "stages.loggers",
+    "Logger": "stages.loggers",
+    "TensorBoardLogger": "stages.loggers",
+    "LightningModule": "stages.module",
+    "seed_everything": "stages.seed",
+    "SIGTERMException": "stages.training",
+    "RunningStage": "statemachine.enums",
+    "TrainerFn": "statemachine.enums",
+    "TrainerState": "statemachine.enums",
+    "TrainerStatus": "statemachine.enums",
+    "History": "statemachine.history",
+    "load_history": "statemachine.history",
+    "FlowError": "statemachine.machine",
+    "TABLE": "statemachine.table",
+    "Trainer": "statemachine.trainer",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'statemachine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -90,7 +90,10 @@ class TrainerConfig(BaseModel):
     @field_validator("overfit_batches")
     @classmethod
     def _overfit(cls, value: Any) -> int | float:
-        return _limit("overfit_batches", value)
+        value = _limit("overfit_batches", value)
+        if value != 0:
+            raise ValueError(f"overfit_batches={value!r} is not supported yet; leave it at 0.0")
+        return value
 
     @field_validator("fast_dev_run")
     @classmethod
@@ -150,11 +153,20 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"num_sanity_val_steps={value!r} must be -1 (all), 0 or a positive int")
         return value
 
-    @field_validator("log_every_n_steps", "reload_dataloaders_every_n_epochs")
+    @field_validator("log_every_n_steps")
     @classmethod
-    def _non_negative(cls, value: int | None, info: Any) -> int | None:
+    def _log_every(cls, value: int | None) -> int | None:
         if value is not None and value < 0:
-            raise ValueError(f"{info.field_name}={value!r} must be >= 0")
+            raise ValueError(f"log_every_n_steps={value!r} must be >= 0")
+        return value
+
+    @field_validator("reload_dataloaders_every_n_epochs")
+    @classmethod
+    def _reload(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"reload_dataloaders_every_n_epochs={value!r} must be >= 0")
+        if value > 0:
+            raise ValueError(f"reload_dataloaders_every_n_epochs={value!r} is not supported yet; leave it at 0")
         return value
 
     @field_validator("accumulate_grad_batches")

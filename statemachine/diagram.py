@@ -126,17 +126,13 @@ def _add_states(graph: graphviz.Digraph, table: MachineTable, marks: _Overlay | 
             _add_state(graph, state, table, marks)
     for parent in parents:
         with graph.subgraph(name=f"cluster_{parent}") as cluster:
-            cluster.attr(
-                label=parent, style="rounded", color="gray55", fontname=FONT, fontsize="12", margin="14"
-            )
+            cluster.attr(label=parent, style="rounded", color="gray55", fontname=FONT, fontsize="12", margin="14")
             for state in table.states:
                 if state.parent == parent:
                     _add_state(cluster, state, table, marks)
 
 
-def _add_state(
-    graph: graphviz.Digraph, state: StateSpec, table: MachineTable, marks: _Overlay | None
-) -> None:
+def _add_state(graph: graphviz.Digraph, state: StateSpec, table: MachineTable, marks: _Overlay | None) -> None:
     attrs = {"fillcolor": FILL[state.status]}
     if state.resting:
         attrs["peripheries"] = "2"
@@ -183,7 +179,9 @@ def _add_edges(graph: graphviz.Digraph, table: MachineTable, marks: _Overlay | N
         hits = sum(marks.hits[t.key] for t in group) if marks is not None else None
         start = hubs.get(sources, first.source)
         label = _edge_label(first, hits)
-        graph.edge(start, first.dest, label=label, **_edge_style(table, first), **_hit_style(hits))
+        # In an overlay, hit counts restyle the edge: its own colour stays only where it was hit.
+        attrs = {**_edge_style(table, first), **_hit_style(hits)}
+        graph.edge(start, first.dest, label=label, **attrs)
 
 
 def _edge_groups(table: MachineTable) -> list[list[TransitionSpec]]:

@@ -230,8 +230,7 @@ def _check_version(path: str, data: dict) -> None:
     version = data["format_version"]
     if version != FORMAT_VERSION:
         raise ValueError(
-            f"history dump {path!r} has format_version {version!r}; "
-            f"this version reads format_version {FORMAT_VERSION}"
+            f"history dump {path!r} has format_version {version!r}; this version reads format_version {FORMAT_VERSION}"
         )
 
 

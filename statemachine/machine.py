@@ -66,8 +66,11 @@ class Flow:
     def spec(self) -> StateSpec:
         return self.table.by_name[self.machine_state]
 
-    def fire(self, trigger: str) -> TransitionRecord:
-        """Fire `trigger`; guards choose the edge. A refused event raises FlowError naming state and guards."""
+    def fire(self, trigger: str, cause: BaseException | None = None) -> TransitionRecord:
+        """Fire `trigger`; guards choose the edge. A refused event raises FlowError naming state and guards.
+
+        `cause` is the exception an `interrupt` answers: it goes into the record, so a dump says why.
+        """
         trainer = self.trainer
         record = self.history.open(
             trigger,
@@ -77,6 +80,8 @@ class Flow:
             batch_idx=trainer.fit_loop.batch_idx if trigger == "val_check" else None,
             rank=trainer.global_rank,
         )
+        if cause is not None:
+            record.exception = ExceptionRecord.from_exception(cause)
         self._record, self._taken = record, None
         try:
             taken = self._trigger(trigger)

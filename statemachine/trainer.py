@@ -157,9 +157,7 @@ class Trainer:
         self.fast_dev_run = config.fast_dev_run
         self.max_steps = config.max_steps
         self.min_steps = config.min_steps
-        self.min_epochs = (
-            config.min_epochs if config.min_epochs is not None else (1 if config.min_steps else 0)
-        )
+        self.min_epochs = config.min_epochs if config.min_epochs is not None else (1 if config.min_steps else 0)
         self.limit_train_batches = config.limit_train_batches
         self.limit_val_batches = config.limit_val_batches
         self.limit_test_batches = config.limit_test_batches
@@ -180,9 +178,7 @@ class Trainer:
         self.use_distributed_sampler = config.use_distributed_sampler
         self.detect_anomaly = config.detect_anomaly
         self.enable_autolog_hparams = config.enable_autolog_hparams
-        self._default_root_dir = (
-            os.fspath(config.default_root_dir) if config.default_root_dir else os.getcwd()
-        )
+        self._default_root_dir = os.fspath(config.default_root_dir) if config.default_root_dir else os.getcwd()
         self.max_time = parse_duration(config.max_time)
         self.max_epochs = config.max_epochs
         if self.max_epochs is None:
@@ -202,9 +198,7 @@ class Trainer:
 
     def _apply_determinism(self, config: TrainerConfig) -> None:
         if config.deterministic is not None:
-            torch.use_deterministic_algorithms(
-                bool(config.deterministic), warn_only=config.deterministic == "warn"
-            )
+            torch.use_deterministic_algorithms(bool(config.deterministic), warn_only=config.deterministic == "warn")
             if config.deterministic:
                 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         if config.benchmark is not None:
@@ -217,9 +211,7 @@ class Trainer:
         user = [given] if isinstance(given, Callback) else list(given or [])
         bad = [type(c).__name__ for c in user if not isinstance(c, Callback)]
         if bad:
-            raise InvalidTrainerArguments(
-                f"invalid Trainer arguments:\n  callbacks: not Callback instances: {bad}"
-            )
+            raise InvalidTrainerArguments(f"invalid Trainer arguments:\n  callbacks: not Callback instances: {bad}")
         on = not config.barebones
         if _flag(config.enable_checkpointing, on) and not any(isinstance(c, Checkpoint) for c in user):
             if not self.fast_dev_run:
@@ -245,9 +237,7 @@ class Trainer:
         loggers = list(given) if isinstance(given, list | tuple) else [given]
         bad = [type(lg).__name__ for lg in loggers if not isinstance(lg, Logger)]
         if bad:
-            raise InvalidTrainerArguments(
-                f"invalid Trainer arguments:\n  logger: not Logger instances: {bad}"
-            )
+            raise InvalidTrainerArguments(f"invalid Trainer arguments:\n  logger: not Logger instances: {bad}")
         return loggers
 
     # ---- entry points -----------------------------------------------------------------------------------
@@ -267,7 +257,7 @@ class Trainer:
         _check_data_arguments(datamodule, train_dataloaders, val_dataloaders)
         self.should_stop = False
         loaders = {"train": train_dataloaders, "val": val_dataloaders}
-        self._execute("fit", TrainerFn.FITTING, model, datamodule, loaders, ckpt_path)
+        self._execute("fit", TrainerFn.FITTING, model, datamodule, loaders, ckpt_path, model_passed=True)
 
     def validate(
         self,
@@ -289,9 +279,7 @@ class Trainer:
         verbose: bool = True,
         datamodule: LightningDataModule | None = None,
     ) -> list[dict[str, float]]:
-        return self._evaluate(
-            "test", TrainerFn.TESTING, "test", model, dataloaders, ckpt_path, verbose, datamodule
-        )
+        return self._evaluate("test", TrainerFn.TESTING, "test", model, dataloaders, ckpt_path, verbose, datamodule)
 
     def predict(
         self,
@@ -304,15 +292,15 @@ class Trainer:
         self._refuse_reentry("predict")
         if isinstance(dataloaders, LightningDataModule):
             dataloaders, datamodule = None, dataloaders
-        model = self._model_for("predict", model)
         _check_data_arguments(datamodule, dataloaders)
         run = self._execute(
             "predict",
             TrainerFn.PREDICTING,
-            model,
+            self._model_for("predict", model),
             datamodule,
             {"predict": dataloaders},
             ckpt_path,
+            model_passed=model is not None,
             return_predictions=True if return_predictions is None else return_predictions,
         )
         return run.predictions
@@ -331,14 +319,21 @@ class Trainer:
         self._refuse_reentry(trigger)
         if isinstance(dataloaders, LightningDataModule):
             dataloaders, datamodule = None, dataloaders
-        model = self._model_for(trigger, model)
+        module = self._model_for(trigger, model)
         step = "validation_step" if kind == "val" else "test_step"
-        if not is_overridden(step, model, LightningModule):
-            raise MisconfigurationException(
-                f"{type(model).__name__} has no {step}(), which Trainer.{trigger} needs"
-            )
+        if not is_overridden(step, module, LightningModule):
+            raise MisconfigurationException(f"{type(module).__name__} has no {step}(), which Trainer.{trigger} needs")
         _check_data_arguments(datamodule, dataloaders)
-        run = self._execute(trigger, fn, model, datamodule, {kind: dataloaders}, ckpt_path, verbose=verbose)
+        run = self._execute(
+            trigger,
+            fn,
+            module,
+            datamodule,
+            {kind: dataloaders},
+            ckpt_path,
+            model_passed=model is not None,
+            verbose=verbose,
+        )
         return run.results
 
     def _model_for(self, trigger: str, model: LightningModule | None) -> LightningModule:
@@ -359,12 +354,11 @@ class Trainer:
         datamodule: LightningDataModule | None,
         loaders: dict[str, Any],
         ckpt_path: Any,
+        model_passed: bool,
         **options: Any,
     ) -> RunContext:
         if self.ckpt_path is not None and ckpt_path is not None:
-            warnings.warn(
-                "trainer.ckpt_path was set and a ckpt_path was passed; using the argument", stacklevel=3
-            )
+            warnings.warn("trainer.ckpt_path was set and a ckpt_path was passed; using the argument", stacklevel=3)
             self.ckpt_path = None
         chosen = ckpt_path if ckpt_path is not None else self.ckpt_path
         self._run = RunContext(
@@ -373,7 +367,7 @@ class Trainer:
             datamodule=datamodule,
             loaders=loaders,
             ckpt_path_arg=None if chosen is None else os.fspath(chosen),
-            model_passed=trigger == "fit" or model is not self._model,
+            model_passed=model_passed,
             **options,
         )
         self._last_fn = fn
@@ -396,7 +390,7 @@ class Trainer:
         except BaseException as exception:
             if not flow.spec.resting:
                 self._run.exception = exception
-                flow.fire("interrupt")
+                flow.fire("interrupt", cause=exception)
             raise
 
     def _refuse_reentry(self, trigger: str) -> None:
@@ -485,9 +479,7 @@ class Trainer:
     def history(self) -> list[TransitionRecord]:
         return self._flow.history.records
 
-    def dump_history(
-        self, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
-    ) -> str:
+    def dump_history(self, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> str:
         """Write the state history as JSON to any fsspec URL (local path, memory://, s3://)."""
         return self._flow.history.dump(os.fspath(path), storage_options=storage_options)
 
@@ -526,9 +518,7 @@ class Trainer:
         """A val source exists, `validation_step` is overridden and `limit_val_batches > 0` (reference 3.3)."""
         if self._run is None or self.limit_val_batches == 0:
             return False
-        return is_overridden("validation_step", self.lightning_module, LightningModule) and data.has_source(
-            self, "val"
-        )
+        return is_overridden("validation_step", self.lightning_module, LightningModule) and data.has_source(self, "val")
 
     @property
     def val_check_seconds(self) -> float | None:
@@ -659,9 +649,7 @@ class Trainer:
         from statemachine import checkpoint
 
         if self._model is None:
-            raise AttributeError(
-                "Trainer.save_checkpoint needs a model: call it during or after fit/validate/test"
-            )
+            raise AttributeError("Trainer.save_checkpoint needs a model: call it during or after fit/validate/test")
         content = checkpoint.dump(self, weights_only=bool(weights_only))
         self.strategy.save_checkpoint(content, os.fspath(filepath), storage_options=storage_options)
         self.strategy.barrier("save_checkpoint")
@@ -705,9 +693,7 @@ def _flag(value: bool | None, default: bool) -> bool:
 
 
 def _checkpoints_last(callbacks: list[Callback]) -> list[Callback]:
-    return [c for c in callbacks if not isinstance(c, Checkpoint)] + [
-        c for c in callbacks if isinstance(c, Checkpoint)
-    ]
+    return [c for c in callbacks if not isinstance(c, Checkpoint)] + [c for c in callbacks if isinstance(c, Checkpoint)]
 
 
 def _check_model(model: Any, trigger: str) -> None:

@@ -164,9 +164,7 @@ def test_plugin_is_silent_without_its_options(inner: pytest.Pytester) -> None:
 def test_plugin_refuses_a_threshold_outside_0_to_100(inner: pytest.Pytester) -> None:
     result = run_inner(inner, "--transition-coverage-fail-under=150")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["*--transition-coverage-fail-under must be a percentage from 0 to 100, got 150*"]
-    )
+    result.stderr.fnmatch_lines(["*--transition-coverage-fail-under must be a percentage from 0 to 100, got 150*"])
 
 
 def test_the_plugin_module_imports_neither_the_table_nor_torch() -> None:

@@ -64,9 +64,7 @@ def test_every_declared_transition_is_drawn() -> None:
 def test_fitting_is_a_cluster_holding_its_four_children() -> None:
     source = build_graph().source
     assert "compound=true" in source
-    cluster = source[
-        source.index("subgraph cluster_fitting {") : source.index("}", source.index("cluster_fitting"))
-    ]
+    cluster = source[source.index("subgraph cluster_fitting {") : source.index("}", source.index("cluster_fitting"))]
     assert "label=fitting" in cluster
     children = re.findall(r'^\t\t"(fitting\.\w+)" \[', cluster, re.MULTILINE)
     assert children == ["fitting.setup", "fitting.sanity_checking", "fitting.training", "fitting.validating"]
@@ -75,9 +73,7 @@ def test_fitting_is_a_cluster_holding_its_four_children() -> None:
 def test_states_show_leaf_names_and_resting_states_are_double_bordered() -> None:
     source = build_graph().source
     node = {name: line for name, line in re.findall(r'^\t+"?([\w.]+)"? \[(label=<.*)$', source, re.MULTILINE)}
-    assert (
-        "<b>training</b>" in node["fitting.training"] and "fn=fit · stage=train" in node["fitting.training"]
-    )
+    assert "<b>training</b>" in node["fitting.training"] and "fn=fit · stage=train" in node["fitting.training"]
     resting = {s.name for s in TABLE.states if s.resting}
     assert {name for name, line in node.items() if "peripheries=2" in line} == resting
     assert ("__initial__", TABLE.initial, "arrowsize=0.6") in edges(source)
@@ -102,9 +98,7 @@ def test_interrupt_edges_are_dashed_firebrick() -> None:
 def test_labels_carry_trigger_guard_and_wrapped_callbacks() -> None:
     source = build_graph().source
     assert "<b>epoch_end</b> [not fit_done]>" in source
-    stop = next(
-        attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.training", "finished")
-    )
+    stop = next(attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.training", "finished"))
     assert "<b>stop</b> [fit_done]" in stop
     assert "/ end_training, teardown_internals,<br/>call_on_fit_end, call_teardown_hooks," in stop
 
@@ -124,6 +118,24 @@ def test_overlay_shows_hit_counts_last_state_and_the_failing_state() -> None:
     assert "last state interrupted" in source
     failing = re.search(r'^\t\t"fitting.validating" \[(.*)\]$', source, re.MULTILINE).group(1)
     assert "raised ZeroDivisionError" in failing and "color=firebrick" in failing
+
+
+def test_overlay_marks_where_a_run_was_interrupted_without_a_recorded_exception() -> None:
+    history = crashed_run()
+    history.records[-1].exception = None  # the driver keeps the exception itself; the record only moves
+    source = build_graph(overlay=history.to_dump()).source
+    failing = re.search(r'^\t\t"fitting.validating" \[(.*)\]$', source, re.MULTILINE).group(1)
+    assert "interrupted here" in failing and "color=firebrick" in failing
+
+
+def test_overlay_of_a_run_without_interrupts_greys_the_interrupt_edges() -> None:
+    history = crashed_run()
+    for record in history.records[-1:]:
+        record.transition, record.dest, record.exception = None, None, None  # the interrupt never happened
+    source = build_graph(overlay=history.to_dump()).source
+    interrupt = next(a for t, h, a in edges(source) if h == "interrupted" and "<b>interrupt</b>" in a)
+    assert "color=gray70" in interrupt and "style=dashed" in interrupt and "×" not in interrupt
+    assert "raised" not in source and "interrupted here" not in source
 
 
 def test_overlay_from_another_table_warns() -> None:
@@ -195,9 +207,7 @@ def test_history_overlay_from_the_command_line(tmp_path: Path) -> None:
         (["--check", "--history", "run.json"], "cannot be combined"),
     ],
 )
-def test_bad_usage_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
-) -> None:
+def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     dump = crashed_run().dump(tmp_path / "run.json")
     with pytest.raises(SystemExit) as info:
         main([arg.format(dump=dump) for arg in argv])

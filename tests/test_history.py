@@ -197,9 +197,7 @@ def test_skipping_a_state_is_reported() -> None:
     records = fit_history().records
     del records[2]  # sanity_check_done: validation then seems to start from sanity_checking
     problems = check_path(records)
-    assert problems == [
-        "seq 3: source 'fitting.training' is not where seq 1 ended ('fitting.sanity_checking')"
-    ]
+    assert problems == ["seq 3: source 'fitting.training' is not where seq 1 ended ('fitting.sanity_checking')"]
 
 
 def test_undeclared_and_inconsistent_transitions_are_reported() -> None:
@@ -239,12 +237,8 @@ def test_format_table_shows_each_attempt_readably() -> None:
         record.wall_time = 1_700_000_000 + index * 0.25
     text = format_table(history.to_dump())
     lines = text.splitlines()
-    assert lines[0] == (
-        f"history format 1, table {TABLE.digest} (matches the current table), 8 records, 0 dropped"
-    )
-    assert re.fullmatch(
-        r"seq +time +trigger +source -> end state +guards +epoch/step/batch +callbacks", lines[1]
-    )
+    assert lines[0] == (f"history format 1, table {TABLE.digest} (matches the current table), 8 records, 0 dropped")
+    assert re.fullmatch(r"seq +time +trigger +source -> end state +guards +epoch/step/batch +callbacks", lines[1])
     assert re.search(r"epoch_end +fitting\.training -> fitting\.training +fit_done=F +0/5/- +-\n", text)
     assert re.search(r"\n +6 +1\.500s +stop +fitting\.training -> finished +fit_done=T", text)
     assert "end_training 2.0ms" in text
@@ -257,8 +251,7 @@ def test_format_table_shows_each_attempt_readably() -> None:
 def test_format_table_of_an_empty_foreign_dump() -> None:
     dump = HistoryDump(format_version=1, table_digest="feedfacefeedface", dropped=4, records=[])
     assert format_table(dump).splitlines()[0] == (
-        f"history format 1, table feedfacefeedface (DIFFERS from current table {TABLE.digest}), "
-        "0 records, 4 dropped"
+        f"history format 1, table feedfacefeedface (DIFFERS from current table {TABLE.digest}), 0 records, 4 dropped"
     )
 
 

@@ -1,0 +1,84 @@
+"""Shared fixtures: a tiny model and data that train in milliseconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import statemachine as L
+
+
+class TinyModel(L.LightningModule):
+    """A linear classifier on 4 features; `fail_in` names a hook that raises `Boom` when called."""
+
+    def __init__(self, fail_in: str | None = None, lr: float = 0.1):
+        super().__init__()
+        self.fail_in = fail_in
+        self.layer = nn.Linear(4, 2)
+        self.seen_exception: BaseException | None = None
+
+    def _maybe_fail(self, hook: str) -> None:
+        if self.fail_in == hook:
+            raise Boom(hook)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self._maybe_fail("training_step")
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._maybe_fail("validation_step")
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self(x), y))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._maybe_fail("test_step")
+        x, y = batch
+        self.log("test_acc", (self(x).argmax(1) == y).float().mean())
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self._maybe_fail("predict_step")
+        return self(batch[0]).argmax(1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        self._maybe_fail("configure_optimizers")
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Boom(RuntimeError):
+    """The exception the tests inject into user hooks."""
+
+
+def make_loader(n: int = 32, batch_size: int = 8, seed: int = 0) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=generator)
+    y = (x[:, 0] > 0).long()
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def quiet_trainer(tmp_path: Any, **kwargs: Any) -> L.Trainer:
+    """A trainer without logger, progress bar, summary or checkpoints unless a test asks for them."""
+    options: dict[str, Any] = {
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "default_root_dir": str(tmp_path),
+        "max_epochs": 1,
+    }
+    options.update(kwargs)
+    return L.Trainer(**options)
+
+
+@pytest.fixture
+def loader() -> DataLoader:
+    return make_loader()

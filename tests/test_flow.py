@@ -1,0 +1,256 @@
+"""The machine as users meet it: states per entry point, interrupts from every running state, the history."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import Boom, TinyModel, make_loader, quiet_trainer
+
+import statemachine as L
+from statemachine.history import check_path, load_history
+from statemachine.table import TABLE
+
+
+class StateProbe(L.Callback):
+    """Records (hook, machine-derived state) pairs, and the exception on_exception receives."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+        self.exceptions: list[BaseException] = []
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.append(("on_fit_start", trainer.state))
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.append(("on_sanity_check_start", trainer.state))
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self.seen.append(("on_train_batch_start", trainer.state))
+
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+        self.seen.append(("on_validation_batch_start", trainer.state))
+
+    def on_test_batch_start(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+        self.seen.append(("on_test_batch_start", trainer.state))
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.exceptions.append(exception)
+
+
+def test_state_values_follow_the_machine(tmp_path: Any) -> None:
+    probe = StateProbe()
+    trainer = quiet_trainer(tmp_path, callbacks=[probe], limit_train_batches=1, limit_val_batches=1)
+    assert trainer.state == L.TrainerState(L.TrainerStatus.INITIALIZING, None, None)
+    trainer.fit(TinyModel(), make_loader(), make_loader())
+    observed = {hook: (s.status, s.fn, s.stage) for hook, s in probe.seen}
+    assert observed["on_fit_start"] == ("running", "fit", "train")
+    assert observed["on_sanity_check_start"] == ("running", "fit", "sanity_check")
+    assert observed["on_train_batch_start"] == ("running", "fit", "train")
+    assert observed["on_validation_batch_start"] == ("running", "fit", "validate")
+    assert (trainer.state.status, trainer.state.fn, trainer.state.stage) == ("finished", "fit", None)
+    assert trainer.state.finished and trainer.state.stopped
+    trainer.test(TinyModel(), make_loader())
+    assert dict(probe.seen)["on_test_batch_start"].stage == L.RunningStage.TESTING
+    assert trainer.state.fn == L.TrainerFn.TESTING
+
+
+def test_stage_views_are_read_only_and_name_the_trigger(tmp_path: Any) -> None:
+    trainer = quiet_trainer(tmp_path)
+    with pytest.raises(AttributeError, match="read-only view of the state machine.*val_check"):
+        trainer.validating = True
+    assert trainer.training is False
+    trainer.should_stop = True  # stays writable
+    assert trainer.should_stop is True
+
+
+ENTRY_POINTS = {
+    "fit": lambda t, m: t.fit(m, make_loader(), make_loader()),
+    "validate": lambda t, m: t.validate(m, make_loader()),
+    "test": lambda t, m: t.test(m, make_loader()),
+    "predict": lambda t, m: t.predict(m, make_loader()),
+}
+FAILURES = {
+    "fit": "training_step",
+    "validate": "validation_step",
+    "test": "test_step",
+    "predict": "predict_step",
+}
+
+
+@pytest.mark.parametrize("fn", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("start", ["idle", "finished", "interrupted"])
+def test_every_entry_point_starts_from_every_resting_state(tmp_path: Any, fn: str, start: str) -> None:
+    trainer = quiet_trainer(tmp_path, limit_train_batches=2, limit_val_batches=1)
+    if start == "finished":
+        trainer.fit(TinyModel(), make_loader())
+    elif start == "interrupted":
+        with pytest.raises(Boom):
+            trainer.fit(TinyModel(fail_in="training_step"), make_loader())
+    assert trainer._flow.machine_state == start
+    ENTRY_POINTS[fn](trainer, TinyModel())
+    assert trainer._flow.machine_state == "finished"
+    entry = [r for r in trainer.history if r.trigger == fn][-1]
+    assert entry.source == start and entry.transition is not None
+
+
+def _failing_run(tmp_path: Any, fn: str, hook: str, **flags: Any) -> tuple[L.Trainer, StateProbe, Boom]:
+    probe = StateProbe()
+    trainer = quiet_trainer(tmp_path, callbacks=[probe], limit_train_batches=2, limit_val_batches=2, **flags)
+    with pytest.raises(Boom) as raised:
+        ENTRY_POINTS[fn](trainer, TinyModel(fail_in=hook))
+    return trainer, probe, raised.value
+
+
+@pytest.mark.parametrize(
+    ("fn", "hook", "flags", "interrupted_from"),
+    [
+        ("fit", "configure_optimizers", {}, "fitting.setup"),
+        ("fit", "validation_step", {}, "fitting.sanity_checking"),
+        ("fit", "training_step", {}, "fitting.training"),
+        ("fit", "validation_step", {"num_sanity_val_steps": 0}, "fitting.validating"),
+        ("validate", "validation_step", {}, "validating"),
+        ("test", "test_step", {}, "testing"),
+        ("predict", "predict_step", {}, "predicting"),
+    ],
+)
+def test_an_exception_interrupts_every_running_state(
+    tmp_path: Any, fn: str, hook: str, flags: dict[str, Any], interrupted_from: str
+) -> None:
+    trainer, probe, exception = _failing_run(tmp_path, fn, hook, **flags)
+    assert trainer.state.status == L.TrainerStatus.INTERRUPTED and trainer.interrupted
+    assert trainer.state.stage is None
+    last = trainer.history[-1]
+    assert (last.trigger, last.source, last.dest) == ("interrupt", interrupted_from, "interrupted")
+    assert probe.exceptions == [exception]  # on_exception saw the very object that propagated
+    dumped = load_history(trainer.history_dump_path)
+    assert [r.trigger for r in dumped.records] == [r.trigger for r in trainer.history]
+    assert check_path(dumped.records) == []
+
+
+LIGHTNING_HOOKS_IN_FIT = [
+    "prepare_data",
+    "setup",
+    "configure_model",
+    "configure_optimizers",
+    "on_fit_start",
+    "train_dataloader",
+    "val_dataloader",
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_train_batch_start",
+    "training_step",
+    "on_before_zero_grad",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_train_batch_end",
+    "on_validation_model_eval",
+    "on_validation_start",
+    "validation_step",
+    "on_validation_epoch_end",
+    "on_validation_end",
+    "on_validation_model_train",
+    "on_train_epoch_end",
+    "on_train_end",
+    "on_fit_end",
+    "teardown",
+]
+
+
+@pytest.mark.parametrize("hook", LIGHTNING_HOOKS_IN_FIT)
+def test_an_exception_in_any_user_hook_is_reraised_unchanged(tmp_path: Any, hook: str) -> None:
+    """Any hook: interrupted, on_exception ran, history dumped, the same exception object re-raised."""
+    boom = Boom(hook)
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise boom
+
+    model = LoaderModel()
+    setattr(model, hook, fail)
+    probe = StateProbe()
+    trainer = quiet_trainer(tmp_path, callbacks=[probe], limit_train_batches=2, limit_val_batches=1)
+    with pytest.raises(Boom) as raised:
+        trainer.fit(model)
+    assert raised.value is boom
+    assert trainer.state.status == L.TrainerStatus.INTERRUPTED
+    assert probe.exceptions == [boom]
+    assert trainer.history[-1].trigger == "interrupt"
+    dumped_cause = load_history(trainer.history_dump_path).records[-1].exception
+    assert (dumped_cause.type, dumped_cause.message) == ("Boom", hook)
+
+
+class LoaderModel(TinyModel):
+    """Overrides the loader hooks and configure_model, so a test can make each of them fail."""
+
+    def train_dataloader(self) -> Any:
+        return make_loader()
+
+    def val_dataloader(self) -> Any:
+        return make_loader()
+
+    def configure_model(self) -> None:
+        self.configured = True
+
+
+def test_keyboard_interrupt_is_graceful_then_reraised(tmp_path: Any) -> None:
+    class Interrupted(TinyModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            raise KeyboardInterrupt
+
+    probe = StateProbe()
+    trainer = quiet_trainer(tmp_path, callbacks=[probe], limit_train_batches=2)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(Interrupted(), make_loader())
+    assert trainer.state.status == L.TrainerStatus.INTERRUPTED and trainer.state.stage is None
+    assert isinstance(probe.exceptions[0], KeyboardInterrupt)
+
+
+def test_reentry_from_a_hook_is_refused_with_the_state(tmp_path: Any) -> None:
+    class Reentrant(TinyModel):
+        def on_train_start(self) -> None:
+            self.trainer.validate(self, make_loader())
+
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1)
+    with pytest.raises(RuntimeError, match=r"Trainer\.validate\(\) was called while .*'fitting\.training'"):
+        trainer.fit(Reentrant(), make_loader())
+    assert trainer.interrupted
+
+
+def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) -> None:
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=4, limit_val_batches=1, val_check_interval=0.5)
+    model = TinyModel()
+    trainer.fit(model, make_loader(), make_loader())
+    trainer.test(model, make_loader())
+    triggers = [r.trigger for r in trainer.history]
+    assert triggers[:3] == ["fit", "begin", "sanity_check_done"]
+    assert triggers.count("val_check") == 4 and triggers.count("epoch_end") == 1
+    assert triggers[-3:] == ["stop", "test", "finish"]
+    assert check_path(trainer.history) == []
+    path = trainer.dump_history("memory://runs/history.json")
+    loaded = load_history(path)
+    assert loaded.matches(TABLE)
+    assert [r.model_dump() for r in loaded.records] == [r.model_dump() for r in trainer.history]
+    fit_record = loaded.records[0]
+    assert [c.name for c in fit_record.callbacks] == list(TABLE.candidates("fit", "idle")[0].after)
+    assert all(c.duration_s >= 0 for c in fit_record.callbacks)
+
+
+def test_history_dump_is_json_with_version_and_table_hash(tmp_path: Any) -> None:
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1)
+    trainer.fit(TinyModel(), make_loader())
+    path = trainer.dump_history(tmp_path / "h.json")
+    content = json.loads(open(path).read())
+    assert content["format_version"] == 1 and content["table_digest"] == TABLE.digest
+
+
+def test_history_cli_shows_the_run(tmp_path: Any, capsys: Any) -> None:
+    from statemachine.history import main
+
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1)
+    with pytest.raises(Boom):
+        trainer.fit(TinyModel(fail_in="training_step"), make_loader())
+    assert main(["show", trainer.history_dump_path]) in (0, None)
+    shown = capsys.readouterr().out
+    assert "interrupt" in shown and "Boom" in shown and "fitting.training" in shown
