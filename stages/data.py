@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+
+from torch.utils.data import DataLoader, RandomSampler
 
 from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException
@@ -149,11 +152,51 @@ def transfer(trainer: Any, batch: Any, dataloader_idx: int) -> Any:
     datamodule = trainer.datamodule
     device = trainer.strategy.root_device
     for name in _TRANSFER_HOOKS:
-        args = (
-            (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
-        )
+        args = (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
         if datamodule is not None and is_overridden(name, datamodule, LightningDataModule):
             batch = getattr(datamodule, name)(*args)
         else:
             batch = hooks.module(name, *args)
     return batch
+
+
+def without_shuffling(loader: Any) -> Any:
+    """`overfit_batches` trains on the same first batches every epoch: a shuffling loader becomes sequential."""
+    if isinstance(loader, CombinedTrainLoader):
+        members = loader.loaders
+        if isinstance(members, Mapping):
+            return CombinedTrainLoader({key: without_shuffling(value) for key, value in members.items()})
+        return CombinedTrainLoader([without_shuffling(value) for value in members])
+    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
+        return loader
+    warnings.warn(
+        "overfit_batches > 0: the shuffling loader is replaced by a sequential one", UserWarning, stacklevel=2
+    )
+    options: dict[str, Any] = {
+        "batch_size": loader.batch_size,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "drop_last": loader.drop_last,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+    }
+    if loader.num_workers > 0:
+        options.update(
+            prefetch_factor=loader.prefetch_factor,
+            persistent_workers=loader.persistent_workers,
+            multiprocessing_context=loader.multiprocessing_context,
+        )
+    return DataLoader(loader.dataset, shuffle=False, **options)
+
+
+def set_sampler_epoch(loader: Any, epoch: int) -> None:
+    """Samplers that shuffle per epoch (such as DistributedSampler) learn the epoch before it starts."""
+    members = loader.loaders if isinstance(loader, CombinedTrainLoader) else [loader]
+    for member in members.values() if isinstance(members, Mapping) else members:
+        for sampler in (
+            getattr(member, "sampler", None),
+            getattr(getattr(member, "batch_sampler", None), "sampler", None),
+        ):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)

@@ -96,14 +96,23 @@ class FitValidation:
         self.trainer = trainer
         self.loaders: list[Any] | None = None
         self.num_batches: list[int | float] = []
+        self._loaded_epoch = 0
 
     @property
-    def has_loaders(self) -> bool:
-        return self.loaders is not None
+    def needs_loaders(self) -> bool:
+        """Not requested yet in this fit, or `reload_dataloaders_every_n_epochs` says they are due."""
+        trainer = self.trainer
+        every = trainer.reload_dataloaders_every_n_epochs
+        return self.loaders is None or (bool(every) and trainer.current_epoch - self._loaded_epoch >= every)
 
     def load_loaders(self) -> None:
         trainer = self.trainer
-        self.loaders = data.as_list(data.request(trainer, "val"))
+        self._loaded_epoch = trainer.current_epoch
+        requested = data.request(trainer, "val")
+        trainer.val_dataloaders = requested
+        self.loaders = data.as_list(requested)
+        if trainer.overfit_batches > 0:
+            self.loaders = [data.without_shuffling(loader) for loader in self.loaders]
         limit = trainer.limit_val_batches
         self.num_batches = [
             data.limited_batches(loader, limit, "limit_val_batches") for loader in self.loaders
@@ -119,7 +128,7 @@ class FitValidation:
         trainer._metrics.reset_all()
         trainer._hooks.callbacks("on_sanity_check_start")
         # Lightning's val loop requests its loaders when it runs, after `on_sanity_check_start` (reference 5.1)
-        if not self.has_loaders:
+        if self.needs_loaders:
             self.load_loaders()
         steps = trainer.num_sanity_val_steps
         capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
@@ -133,7 +142,7 @@ class FitValidation:
     def run(self) -> str:
         trainer = self.trainer
         loop = trainer.fit_loop
-        if not self.has_loaders:
+        if self.needs_loaders:
             self.load_loaders()
         if loop.stepped_this_batch:
             trainer._hooks.module("on_validation_model_zero_grad")
@@ -152,7 +161,9 @@ def run_fit_validation(trainer: Any) -> str:
 
 def _run_standalone(trainer: Any, kind: str, progress: BatchProgress) -> str:
     limit = trainer.limit_val_batches if kind == "val" else trainer.limit_test_batches
-    loaders = [] if limit == 0 else data.as_list(data.request(trainer, kind))
+    requested = None if limit == 0 else data.request(trainer, kind)
+    setattr(trainer, "val_dataloaders" if kind == "val" else "test_dataloaders", requested)
+    loaders = data.as_list(requested)
     flag = "limit_val_batches" if kind == "val" else "limit_test_batches"
     counts = [data.limited_batches(loader, limit, flag) for loader in loaders]
     if kind == "val":

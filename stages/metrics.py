@@ -101,6 +101,17 @@ def _as_tensor(name: str, value: Any, keep_graph: bool) -> Tensor:
     )
 
 
+def _is_torchmetric(value: Any) -> bool:
+    """A torchmetrics `Metric` (checked without importing torchmetrics, which is optional)."""
+    return any(cls.__module__.startswith("torchmetrics") and cls.__name__ == "Metric" for cls in type(value).__mro__)
+
+
+def _metric_step_value(metric: Any) -> Tensor | None:
+    """The value of the metric's last `forward` call; None when it was only `update`d."""
+    cached = metric._forward_cache
+    return cached.detach() if isinstance(cached, Tensor) else None
+
+
 def infer_batch_size(batch: Any) -> int:
     """The first dimension of the first tensor found in the batch; 1 when there is none."""
     if isinstance(batch, Tensor):
@@ -125,6 +136,7 @@ class _Entry:
     step_value: Tensor | None = None
     total: Tensor | None = None
     weight: float = 0.0
+    metric: Any = None
 
     def accumulate(self, value: Tensor, batch_size: int) -> None:
         if self.total is None:
@@ -142,6 +154,8 @@ class _Entry:
             self.total = torch.minimum(self.total, value)
 
     def epoch_value(self) -> Tensor | None:
+        if self.metric is not None:
+            return self.metric.compute() if self.metric.update_count else None
         if self.total is None:
             return None
         return self.total / self.weight if self.reduction == "mean" else self.total
@@ -209,16 +223,17 @@ class MetricsCollector:
         if bucket is None:
             raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
         step, epoch = _flags(fx, on_step, on_epoch)
-        tensor = _as_tensor(name, value, enable_graph)
+        metric = value if _is_torchmetric(value) else None
+        tensor = _metric_step_value(value) if metric is not None else _as_tensor(name, value, enable_graph)
         if add_dataloader_idx and self.num_dataloaders > 1 and fx not in _STEP_HOOKS:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         entry = bucket.entries.get(name)
         if entry is None:
-            entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx))
+            entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
             bucket.entries[name] = entry
-        if step:
+        if step and tensor is not None:
             entry.step_value = tensor
-        if epoch:
+        if epoch and metric is None:
             entry.accumulate(tensor, batch_size if batch_size is not None else self._batch_size())
 
     def _batch_size(self) -> int:
@@ -274,6 +289,9 @@ class MetricsCollector:
                 self._progress[key] = value.item()
             if entry.logger:
                 to_log[key] = value
+        for entry in bucket.entries.values():
+            if entry.metric is not None:
+                entry.metric.reset()
         bucket.entries.clear()
         if send_to_loggers and to_log:
             self._send(to_log, step)

@@ -11,7 +11,8 @@ from stages import data
 
 def run_predict(trainer: Any) -> str:
     limit = trainer.limit_predict_batches
-    loaders = [] if limit == 0 else data.as_list(data.request(trainer, "predict"))
+    trainer.predict_dataloaders = None if limit == 0 else data.request(trainer, "predict")
+    loaders = data.as_list(trainer.predict_dataloaders)
     counts = [data.limited_batches(loader, limit, "limit_predict_batches") for loader in loaders]
     trainer.num_predict_batches = counts
     predictions = _predict(trainer, loaders, counts) if sum(counts) else []

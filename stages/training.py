@@ -56,6 +56,7 @@ class FitLoop:
         self.resume_mid_epoch = False
         self.stepped_this_batch = False
         self._train_loader: Any = None
+        self._train_loaded_epoch = 0
         self._epoch: Iterator[str] | None = None
 
     @property
@@ -89,7 +90,8 @@ class FitLoop:
         trainer = self.trainer
         fit_done = trainer._guards["fit_done"]
         if self._train_loader is None:
-            self._setup_data()
+            self._load_train_data()
+            self.last_val_end_time = time.monotonic()
             if fit_done(trainer):
                 return "stop"
             self._start_training()
@@ -112,17 +114,22 @@ class FitLoop:
 
     # ---- start ------------------------------------------------------------------------------------------
 
-    def _setup_data(self) -> None:
+    def _load_train_data(self) -> None:
         trainer = self.trainer
         limit = trainer.limit_train_batches
+        self._train_loaded_epoch = self.current_epoch
         if limit == 0 or not is_overridden("training_step", trainer.lightning_module, LightningModule):
             self.num_training_batches = 0
             self._train_loader = ()
             return
-        self._train_loader = data.train_loader(data.request(trainer, "train"))
+        loader = data.train_loader(data.request(trainer, "train"))
+        self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
         self._set_val_check_batch()
-        self.last_val_end_time = time.monotonic()
+
+    def _train_reload_due(self) -> bool:
+        every = self.trainer.reload_dataloaders_every_n_epochs
+        return bool(every) and self.current_epoch - self._train_loaded_epoch >= every
 
     def _set_val_check_batch(self) -> None:
         trainer = self.trainer
@@ -150,7 +157,7 @@ class FitLoop:
 
     def _start_training(self) -> None:
         trainer = self.trainer
-        if self.epoch_validates_at(self.current_epoch) and not trainer.fit_validation.has_loaders:
+        if self.epoch_validates_at(self.current_epoch) and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
         self.train_started = True
         trainer._hooks.callbacks("on_train_start")
@@ -166,8 +173,11 @@ class FitLoop:
     def _run_epoch(self) -> Iterator[str]:
         trainer = self.trainer
         hooks = trainer._hooks
+        if not self.resume_mid_epoch and self._train_reload_due():
+            self._load_train_data()
+        data.set_sampler_epoch(self._train_loader, self.current_epoch)
         self.epoch_validates = self.epoch_validates_at(self.current_epoch)
-        if self.epoch_validates and not trainer.fit_validation.has_loaders:
+        if self.epoch_validates and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
         if not self.resume_mid_epoch:
             self.epoch_progress.increment_ready()

@@ -90,10 +90,7 @@ class TrainerConfig(BaseModel):
     @field_validator("overfit_batches")
     @classmethod
     def _overfit(cls, value: Any) -> int | float:
-        value = _limit("overfit_batches", value)
-        if value != 0:
-            raise ValueError(f"overfit_batches={value!r} is not supported yet; leave it at 0.0")
-        return value
+        return _limit("overfit_batches", value)
 
     @field_validator("fast_dev_run")
     @classmethod
@@ -165,8 +162,6 @@ class TrainerConfig(BaseModel):
     def _reload(cls, value: int) -> int:
         if value < 0:
             raise ValueError(f"reload_dataloaders_every_n_epochs={value!r} must be >= 0")
-        if value > 0:
-            raise ValueError(f"reload_dataloaders_every_n_epochs={value!r} is not supported yet; leave it at 0")
         return value
 
     @field_validator("accumulate_grad_batches")

@@ -145,6 +145,9 @@ class Trainer:
         self.num_sanity_val_batches: list[int | float] = []
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
+        self.val_dataloaders: Any = None
+        self.test_dataloaders: Any = None
+        self.predict_dataloaders: Any = None
         self.callbacks = self._build_callbacks(config)
         self.loggers = self._build_loggers(config)
         self._flow = Flow(self)
@@ -158,6 +161,8 @@ class Trainer:
         self.max_steps = config.max_steps
         self.min_steps = config.min_steps
         self.min_epochs = config.min_epochs if config.min_epochs is not None else (1 if config.min_steps else 0)
+        self.overfit_batches = config.overfit_batches
+        self.reload_dataloaders_every_n_epochs = config.reload_dataloaders_every_n_epochs
         self.limit_train_batches = config.limit_train_batches
         self.limit_val_batches = config.limit_val_batches
         self.limit_test_batches = config.limit_test_batches
@@ -183,6 +188,8 @@ class Trainer:
         self.max_epochs = config.max_epochs
         if self.max_epochs is None:
             self.max_epochs = -1 if (self.max_steps != -1 or self.max_time is not None) else 1000
+        if self.overfit_batches > 0:
+            self.limit_train_batches = self.limit_val_batches = self.overfit_batches
         self._apply_fast_dev_run()
         self._apply_determinism(config)
 
@@ -191,7 +198,8 @@ class Trainer:
         if not self.fast_dev_run:
             return
         n = int(self.fast_dev_run)
-        self.limit_train_batches = self.limit_val_batches = n
+        if self.overfit_batches == 0:
+            self.limit_train_batches = self.limit_val_batches = n
         self.limit_test_batches = self.limit_predict_batches = n
         self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
         self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
@@ -558,10 +566,6 @@ class Trainer:
     @property
     def train_dataloader(self) -> Any:
         return self.fit_loop.train_loader
-
-    @property
-    def val_dataloaders(self) -> Any:
-        return self.fit_validation.loaders
 
     @property
     def logger(self) -> Logger | None:
