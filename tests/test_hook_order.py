@@ -423,6 +423,15 @@ def test_predict(tmp_path: Path) -> None:
     assert len(predictions) == 2
 
 
+def test_predict_with_limit_zero_never_requests_the_loader(tmp_path: Path) -> None:
+    """Reference 4: no loader is requested when the limit is 0, so no predict hook runs either."""
+    called: list[str] = []
+    trainer = make_trainer(tmp_path, called, limit_predict_batches=0)
+    trainer.predict(HookedModel(called))
+
+    assert_sequence(called, [*entry("predict"), *exit_("predict")])
+
+
 class ModeProbe(HookedModel):
     """Remembers whether it was in training mode inside each predict step."""
 
