@@ -155,7 +155,7 @@ def transfer(trainer: Any, batch: Any, dataloader_idx: int) -> Any:
         args = (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
         if datamodule is not None and is_overridden(name, datamodule, LightningDataModule):
             batch = getattr(datamodule, name)(*args)
-        else:
+        elif name == "transfer_batch_to_device" or hooks._module_overrides_hook(name, trainer.lightning_module):
             batch = hooks.module(name, *args)
     return batch
 

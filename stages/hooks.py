@@ -24,14 +24,44 @@ def is_monitoring(callback: Callback) -> bool:
     return isinstance(callback, Checkpoint | EarlyStopping)
 
 
+# LightningModule hooks whose default does nothing: when the module does not override one, calling it is skipped.
+_NO_OP_MODULE_HOOKS = frozenset(
+    {
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_before_zero_grad",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_test_batch_start",
+        "on_test_batch_end",
+        "on_predict_batch_start",
+        "on_predict_batch_end",
+    }
+)
+
+
 class HookRunner:
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self._overriding: dict[str, list[Callback]] = {}
+        self._module_overrides: dict[str, bool] = {}
 
     def reset(self) -> None:
-        """Forget the override cache: the callback list changed."""
+        """Forget the override caches: the callback list or the module changed."""
         self._overriding = {}
+        self._module_overrides = {}
+
+    def _module_overrides_hook(self, name: str, module: Any) -> bool:
+        found = self._module_overrides.get(name)
+        if found is None:
+            from stages.module import LightningModule
+
+            found = is_overridden(name, module, LightningModule) or name in module.__dict__
+            self._module_overrides[name] = found
+        return found
 
     def _callbacks_for(self, name: str) -> list[Callback]:
         found = self._overriding.get(name)
@@ -71,6 +101,8 @@ class HookRunner:
 
     def module(self, name: str, *args: Any, **kwargs: Any) -> Any:
         module = self.trainer.lightning_module
+        if name in _NO_OP_MODULE_HOOKS and not self._module_overrides_hook(name, module):
+            return None
         # Written through __dict__: nn.Module.__setattr__ costs microseconds, and this runs ~15 times a batch.
         state = module.__dict__
         previous = state["_current_fx_name"]

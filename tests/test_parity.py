@@ -137,7 +137,7 @@ def test_parity_plain_sgd_two_epochs(tmp_path: Path) -> None:
     num_batches, epochs = 5, 2
 
     def configure(net: nn.Module) -> Optimizer:
-        return torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        return torch.optim.SGD(net.parameters(), lr=0.1)
 
     model = TrainOnly(configure, make_loader(num_batches))
     trainer = trainer_for(tmp_path, max_epochs=epochs)
