@@ -53,6 +53,12 @@ _EPOCH_ONLY_HOOKS = frozenset(
         "on_test_epoch_end",
     }
 )
+
+
+class LogValueError(MisconfigurationException, ValueError):
+    """A value `self.log` cannot take. Lightning raises `ValueError` here; both types catch it."""
+
+
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
 
@@ -89,16 +95,12 @@ def _reduction(reduce_fx: Any) -> str:
 def _as_tensor(name: str, value: Any, keep_graph: bool) -> Tensor:
     if isinstance(value, Tensor):
         if value.numel() != 1:
-            raise MisconfigurationException(
-                f"self.log({name!r}) needs a scalar; got a tensor of shape {tuple(value.shape)}"
-            )
+            raise LogValueError(f"self.log({name!r}) needs a scalar; got a tensor of shape {tuple(value.shape)}")
         value = value if keep_graph else value.detach()
         return value.reshape(()).float() if not value.is_floating_point() else value.reshape(())
     if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
         return torch.tensor(float(value))
-    raise MisconfigurationException(
-        f"self.log({name!r}) got {type(value).__name__}; log a number or a scalar tensor"
-    )
+    raise LogValueError(f"self.log({name!r}) got {type(value).__name__}; log a number or a scalar tensor")
 
 
 def _is_torchmetric(value: Any) -> bool:
@@ -137,6 +139,8 @@ class _Entry:
     total: Tensor | None = None
     weight: float = 0.0
     metric: Any = None
+    # the eval loader a batch hook logged this from, when there are several; None: it belongs to every loader
+    dataloader_idx: int | None = None
 
     def accumulate(self, value: Tensor, batch_size: int) -> None:
         if self.total is None:
@@ -179,6 +183,7 @@ class MetricsCollector:
         self.dataloader_idx = 0
         self.num_dataloaders = 1
         self._batch_size_cache: tuple[int, int] = (0, 1)
+        self._reduced_loaders: dict[str, int | None] = {}
 
     # ---- the views users read ---------------------------------------------------------------------------
 
@@ -230,6 +235,8 @@ class MetricsCollector:
         entry = bucket.entries.get(name)
         if entry is None:
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
+            if self.num_dataloaders > 1 and fx in _EVAL_BATCH_HOOKS:
+                entry.dataloader_idx = self.dataloader_idx
             bucket.entries[name] = entry
         if step and tensor is not None:
             entry.step_value = tensor
@@ -276,6 +283,7 @@ class MetricsCollector:
         """After an epoch's end hooks: reduce, publish and forget this stage's epoch values."""
         bucket = self._buckets[bucket_name]
         reduced: dict[str, Tensor] = {}
+        self._reduced_loaders = {}
         to_log: dict[str, Tensor] = {}
         for name, entry in bucket.entries.items():
             value = entry.epoch_value()
@@ -283,6 +291,7 @@ class MetricsCollector:
                 continue
             key = f"{name}_epoch" if entry.on_step else name
             reduced[name] = value
+            self._reduced_loaders[name] = entry.dataloader_idx
             self._callback[name] = value
             self._callback[key] = value
             if entry.prog_bar:
@@ -317,12 +326,17 @@ class MetricsCollector:
         self._progress.clear()
 
     def eval_results(self, reduced: Mapping[str, Tensor], num_dataloaders: int) -> list[dict[str, float]]:
-        """One dict of numbers per loader; keys without a loader suffix belong to every loader."""
+        """One dict of numbers per loader: a value logged from one loader's batches belongs to that loader, with or
+        without the `/dataloader_idx_N` suffix; one logged outside them (the epoch hooks) belongs to every loader."""
         results: list[dict[str, float]] = [{} for _ in range(num_dataloaders)]
         for name, value in reduced.items():
             number = value.item()
             head, marker, index = name.rpartition("/dataloader_idx_")
-            targets = [int(index)] if marker and head else range(num_dataloaders)
+            loader = self._reduced_loaders.get(name)
+            if loader is not None:
+                targets: Any = [loader]
+            else:
+                targets = [int(index)] if marker and head else range(num_dataloaders)
             for target in targets:
                 results[target][name] = number
         return results

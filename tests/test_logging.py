@@ -346,7 +346,7 @@ def test_one_loader_gets_no_suffix(tmp_path: Any) -> None:
     assert trainer_with(tmp_path).test(model, [batches(2)], verbose=False) == [{"t": 2.0}]
 
 
-# ---- torchmetrics -----------------------------------------------------------------------------------------------------
+# ---- torchmetrics ----------------------------------------------------------------------------------------------------
 
 
 class MetricModel(TinyModel):
@@ -417,7 +417,7 @@ def test_torchmetrics_in_validation(tmp_path: Any) -> None:
     assert result["val_acc"] == pytest.approx(expected)
 
 
-# ---- results and what callbacks see -----------------------------------------------------------------------------------
+# ---- results and what callbacks see ----------------------------------------------------------------------------------
 
 
 def test_validate_and_test_return_one_dict_per_loader_and_print_a_table(

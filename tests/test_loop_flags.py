@@ -363,9 +363,7 @@ def stream(n: int) -> DataLoader:
     return DataLoader(Stream(n), batch_size=1)
 
 
-@pytest.mark.parametrize(
-    ("limit", "expected"), [(2, 2), (1, 1), (0.5, 5), (1.0, 10), (0.25, 2), (20, 10), (0, 0)]
-)
+@pytest.mark.parametrize(("limit", "expected"), [(2, 2), (1, 1), (0.5, 5), (1.0, 10), (0.25, 2), (20, 10), (0, 0)])
 def test_limit_train_batches_int_and_float(tmp_path: Any, limit: int | float, expected: int) -> None:
     recorder = Recorder()
     trainer = quiet_trainer(tmp_path, limit_train_batches=limit, callbacks=[recorder])
@@ -483,7 +481,10 @@ def test_fast_dev_run(tmp_path: Any, runs: int) -> None:
         enable_model_summary=False,
         callbacks=[recorder],
     )
-    assert trainer.fast_dev_run is (True if runs == 1 else runs) or trainer.fast_dev_run == runs
+    if runs == 1:
+        assert trainer.fast_dev_run is True
+    else:
+        assert trainer.fast_dev_run == runs
     assert (trainer.max_steps, trainer.max_epochs, trainer.num_sanity_val_steps) == (runs, 1, 0)
     model = TinyModel()
     trainer.fit(model, batches(10), batches(10))
