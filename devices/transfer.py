@@ -20,9 +20,21 @@ def move_to_device(data: Any, device: torch.device | str | int) -> Any:
     the caller's containers are not modified (what an object's own `.to` does is up to it).
     Anything else is returned as it is.
     """
-    target = torch.device(device)
+    target = device if isinstance(device, torch.device) else torch.device(device)
+    if _already_there(data, target):
+        return data
     # Copies host -> GPU can overlap with compute; copies to the host must finish before Python reads them.
     return _move(data, target, non_blocking=target.type == "cuda")
+
+
+def _already_there(data: Any, device: torch.device) -> bool:
+    """The per-batch fast path: a tensor, or a flat tuple/list of tensors, already on `device`."""
+    kind = type(data)
+    if kind is Tensor:
+        return data.device == device
+    if kind is tuple or kind is list:
+        return all(type(item) is Tensor and item.device == device for item in data)
+    return False
 
 
 def _move(data: Any, device: torch.device, non_blocking: bool) -> Any:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from stages import data
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgress
@@ -89,8 +89,9 @@ class FitLoop:
         """Drive training until the machine must change state; return that event."""
         trainer = self.trainer
         fit_done = trainer._guards["fit_done"]
-        if self._train_loader is None:
-            self._load_train_data()
+        if not self.train_started:
+            if self._train_loader is None:  # estimated_stepping_batches may have loaded it already
+                self.load_train_data()
             self.last_val_end_time = time.monotonic()
             if fit_done(trainer):
                 return "stop"
@@ -114,7 +115,7 @@ class FitLoop:
 
     # ---- start ------------------------------------------------------------------------------------------
 
-    def _load_train_data(self) -> None:
+    def load_train_data(self) -> None:
         trainer = self.trainer
         limit = trainer.limit_train_batches
         self._train_loaded_epoch = self.current_epoch
@@ -125,6 +126,13 @@ class FitLoop:
         loader = data.train_loader(data.request(trainer, "train"))
         self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
+        if trainer.loggers and not trainer.fast_dev_run and self.num_training_batches < trainer.log_every_n_steps:
+            warnings.warn(
+                f"The training loader has {self.num_training_batches} batches, fewer than "
+                f"log_every_n_steps={trainer.log_every_n_steps}: step metrics reach the loggers rarely or never",
+                PossibleUserWarning,
+                stacklevel=2,
+            )
         self._set_val_check_batch()
 
     def _train_reload_due(self) -> bool:
@@ -174,7 +182,7 @@ class FitLoop:
         trainer = self.trainer
         hooks = trainer._hooks
         if not self.resume_mid_epoch and self._train_reload_due():
-            self._load_train_data()
+            self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
         self.epoch_validates = self.epoch_validates_at(self.current_epoch)
         if self.epoch_validates and trainer.fit_validation.needs_loaders:
@@ -323,7 +331,8 @@ class FitLoop:
         hooks.callbacks_where("on_train_epoch_end", False)
         hooks.module("on_train_epoch_end")
         hooks.callbacks_where("on_train_epoch_end", True)
-        trainer._metrics.epoch_end("train", self.batches_that_stepped, bool(trainer.loggers))
+        # The logging step already moved past the epoch's last batch; its epoch values belong to that batch.
+        trainer._metrics.epoch_end("train", self.batches_that_stepped - 1, bool(trainer.loggers))
         if trainer.lightning_module.automatic_optimization and self._all_batches_ran():
             trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()

@@ -23,6 +23,7 @@ _EXPORTS = {
     "Timer": "stages.callbacks.timer",
     "LightningDataModule": "stages.datamodule",
     "MisconfigurationException": "stages.exceptions",
+    "PossibleUserWarning": "stages.exceptions",
     "CSVLogger": "stages.loggers",
     "Logger": "stages.loggers",
     "TensorBoardLogger": "stages.loggers",

@@ -23,7 +23,7 @@ from stages.callbacks.progress import ProgressBar, TQDMProgressBar
 from stages.callbacks.timer import Timer, parse_duration
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import HookRunner, is_overridden
 from stages.loggers import Logger, TensorBoardLogger
 from stages.metrics import MetricsCollector
@@ -186,8 +186,11 @@ class Trainer:
         self._default_root_dir = os.fspath(config.default_root_dir) if config.default_root_dir else os.getcwd()
         self.max_time = parse_duration(config.max_time)
         self.max_epochs = config.max_epochs
+        given = config.callbacks if isinstance(config.callbacks, list | tuple) else [config.callbacks]
+        has_timer = self.max_time is not None or any(isinstance(c, Timer) for c in given)
+        self._max_epochs_defaulted = self.max_epochs is None and self.max_steps == -1 and not has_timer
         if self.max_epochs is None:
-            self.max_epochs = -1 if (self.max_steps != -1 or self.max_time is not None) else 1000
+            self.max_epochs = 1000 if self._max_epochs_defaulted else -1
         if self.overfit_batches > 0:
             self.limit_train_batches = self.limit_val_batches = self.overfit_batches
         self._apply_fast_dev_run()
@@ -264,6 +267,12 @@ class Trainer:
         _check_model(model, "fit")
         _check_data_arguments(datamodule, train_dataloaders, val_dataloaders)
         self.should_stop = False
+        if self._max_epochs_defaulted:
+            warnings.warn(
+                "max_epochs was not set: training stops after 1000 epochs; set max_epochs=-1 for no limit",
+                PossibleUserWarning,
+                stacklevel=2,
+            )
         loaders = {"train": train_dataloaders, "val": val_dataloaders}
         self._execute("fit", TrainerFn.FITTING, model, datamodule, loaders, ckpt_path, model_passed=True)
 
@@ -536,8 +545,21 @@ class Trainer:
         return parse_duration(interval).total_seconds()
 
     @property
+    def val_check_batch(self) -> int | float | None:
+        """Validate every this many training batches; None when validation is scheduled by time."""
+        loop = self.fit_loop
+        return None if loop.val_check_seconds is not None else loop.val_check_batch
+
+    @property
     def estimated_stepping_batches(self) -> int | float:
-        """Optimizer steps the whole fit will take, as far as the limits allow to know."""
+        """Optimizer steps the whole fit will take, as far as the limits allow to know.
+
+        Inside `configure_optimizers` (before training starts) the training loader is requested early, so
+        schedulers such as OneCycleLR can size themselves.
+        """
+        running_fit = self._run is not None and self._run.fn == TrainerFn.FITTING
+        if running_fit and self.fit_loop.train_loader is None and self.max_epochs != -1:
+            self.fit_loop.load_train_data()
         per_epoch = self.num_training_batches
         if per_epoch == float("inf"):
             return float("inf") if self.max_steps == -1 else self.max_steps

@@ -107,7 +107,7 @@ def test_max_epochs_none_defaults_to_1000_with_a_warning(tmp_path: Any) -> None:
 def test_max_epochs_none_is_unlimited_with_max_steps_or_max_time(tmp_path: Any) -> None:
     trainer = quiet_trainer(tmp_path, max_epochs=None, max_steps=10)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no "Setting it to 1000" warning
+        warnings.filterwarnings("error", message=".*max_epochs", category=UserWarning)  # no "1000 epochs" warning
         fit(trainer)
     assert trainer.max_epochs == -1
     assert (trainer.global_step, trainer.current_epoch) == (10, 3)  # 4 batches/epoch: the steps decide
@@ -118,7 +118,7 @@ def test_max_epochs_none_is_unlimited_with_a_user_timer(tmp_path: Any) -> None:
     stop = StopAt("on_train_batch_end", batch_idx=0)
     trainer = quiet_trainer(tmp_path, max_epochs=None, callbacks=[L.Timer(), stop])
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no "Setting it to 1000" warning with a Timer
+        warnings.filterwarnings("error", message=".*max_epochs", category=UserWarning)  # not with a Timer either
         fit(trainer)
     assert trainer.max_epochs == -1
 
@@ -179,6 +179,8 @@ def test_should_stop_before_training_with_min_epochs_0_runs_no_epoch(tmp_path: A
     assert recorder.epoch_ends == []
     assert (trainer.current_epoch, trainer.global_step) == (0, 0)
     assert trainer.state.finished
+    # fit done before training starts: no on_train_start, so no on_train_end either (reference 3.1 step 2)
+    assert recorder.train_ended is (hook == "on_train_start")
 
 
 def test_fit_resets_should_stop_on_entry(tmp_path: Any) -> None:
@@ -334,6 +336,26 @@ def test_time_based_interval_follows_the_clock(tmp_path: Any, monkeypatch: pytes
     )
     fit(trainer, train=batches(8), val=batches(2))
     assert recorder.validations == [(0, 3), (0, 6)]  # the clock restarts after every validation
+
+
+class ValCheckBatchProbe(L.Callback):
+    def __init__(self) -> None:
+        self.value: Any = "unset"
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.value = trainer.val_check_batch
+
+
+@pytest.mark.parametrize(
+    ("interval", "train", "expected"),
+    [(None, 10, 10), (0.25, 10, 2), (1 / 3, 64, 21), (3, 10, 3), (timedelta(hours=1), 10, None), (None, -5, math.inf)],
+)
+def test_val_check_batch_is_set_at_train_setup(tmp_path: Any, interval: Any, train: int, expected: Any) -> None:
+    probe = ValCheckBatchProbe()
+    trainer = quiet_trainer(tmp_path, callbacks=[probe], val_check_interval=interval, limit_val_batches=1)
+    loader = stream(5) if train < 0 else batches(train)
+    fit(trainer, train=loader, val=batches(1))
+    assert probe.value == expected
 
 
 def test_history_records_the_batch_of_every_val_check(tmp_path: Any) -> None:
@@ -500,6 +522,14 @@ def test_fast_dev_run(tmp_path: Any, runs: int) -> None:
     assert not [name for name in files if name.endswith(".ckpt")]
     assert not any(isinstance(logger, L.TensorBoardLogger) for logger in trainer.loggers)
     assert not (tmp_path / "lightning_logs").exists()
+
+
+def test_fast_dev_run_has_no_best_checkpoint(tmp_path: Any) -> None:
+    trainer = quiet_trainer(tmp_path, fast_dev_run=True, enable_checkpointing=True)
+    model = TinyModel()
+    trainer.fit(model, batches(2))
+    with pytest.raises(ValueError, match="best"):
+        trainer.test(model, batches(2), ckpt_path="best", verbose=False)
 
 
 def test_fast_dev_run_1_is_stored_as_true_and_negative_is_an_error(tmp_path: Any) -> None:
