@@ -71,7 +71,9 @@ class HookRunner:
         return found
 
     def callbacks(self, name: str, *args: Any, **kwargs: Any) -> None:
-        callbacks = self._callbacks_for(name)
+        callbacks = self._overriding.get(name)
+        if callbacks is None:
+            callbacks = self._callbacks_for(name)
         if not callbacks:
             return
         trainer = self.trainer
@@ -101,7 +103,10 @@ class HookRunner:
 
     def module(self, name: str, *args: Any, **kwargs: Any) -> Any:
         module = self.trainer.lightning_module
-        if not self._module_overrides_hook(name, module):
+        overridden = self._module_overrides.get(name)
+        if overridden is None:
+            overridden = self._module_overrides_hook(name, module)
+        if not overridden:
             # Lightning's own defaults never call self.log, so they need no hook-name bookkeeping, and the
             # ones that do nothing are not called at all: this runs about fifteen times a batch.
             return None if name in _NO_OP_MODULE_HOOKS else getattr(module, name)(*args, **kwargs)
@@ -113,6 +118,9 @@ class HookRunner:
             return getattr(module, name)(*args, **kwargs)
         finally:
             state["_current_fx_name"] = previous
+
+    def module_overrides(self, name: str) -> bool:
+        return self._module_overrides_hook(name, self.trainer.lightning_module)
 
     def module_if_overridden(self, name: str, *args: Any) -> Any:
         from stages.module import LightningModule

@@ -187,7 +187,9 @@ class Optimization:
             result = closure() if closure is not None else None
             trainer._hooks.callbacks("on_before_optimizer_step", optimizer)
             trainer._hooks.module("on_before_optimizer_step", optimizer)
-            if trainer.lightning_module.automatic_optimization:
+            module = trainer.lightning_module
+            clipping = trainer.gradient_clip_val or trainer._hooks.module_overrides("configure_gradient_clipping")
+            if module.automatic_optimization and clipping:
                 trainer._hooks.module(
                     "configure_gradient_clipping",
                     optimizer,
