@@ -2,44 +2,17 @@
 
 from __future__ import annotations
 
-import copy
-import inspect
-from collections.abc import Mapping
 from typing import Any
 
 from stages.exceptions import MisconfigurationException
-from stages.hparams import AttributeDict, collect_init_args
+from stages.hparams import HyperparametersMixin
 
 
-class LightningDataModule:
+class LightningDataModule(HyperparametersMixin):
     def __init__(self) -> None:
         self.trainer: Any = None
         self.prepare_data_per_node = True
-        self._hparams: AttributeDict = AttributeDict()
-        self._hparams_initial: AttributeDict = AttributeDict()
-        self._log_hyperparams = True
-
-    def save_hyperparameters(
-        self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True
-    ) -> None:
-        self._log_hyperparams = logger
-        ignored = [ignore] if isinstance(ignore, str) else list(ignore or [])
-        if len(args) == 1 and isinstance(args[0], Mapping):
-            params = dict(args[0])
-        else:
-            init_args = collect_init_args(inspect.currentframe().f_back)
-            names = [a for a in args if isinstance(a, str)]
-            params = {k: v for k, v in init_args.items() if not names or k in names}
-        self._hparams = AttributeDict({k: v for k, v in params.items() if k not in ignored})
-        self._hparams_initial = copy.deepcopy(self._hparams)
-
-    @property
-    def hparams(self) -> AttributeDict:
-        return self._hparams
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        return self._hparams_initial
+        self._init_hparams()
 
     def prepare_data(self) -> None:
         """Download or write data once per node (override it)."""

@@ -74,30 +74,24 @@ class HookRunner:
         callbacks = self._overriding.get(name)
         if callbacks is None:
             callbacks = self._callbacks_for(name)
-        if not callbacks:
-            return
+        if callbacks:
+            self._call_callbacks(name, callbacks, args, kwargs)
+
+    def callbacks_where(self, name: str, monitoring: bool, *args: Any) -> None:
+        """Call `name` on the monitoring callbacks only, or on the others only."""
+        chosen = [callback for callback in self._callbacks_for(name) if is_monitoring(callback) == monitoring]
+        self._call_callbacks(name, chosen, args, {})
+
+    def _call_callbacks(self, name: str, callbacks: list[Callback], args: tuple, kwargs: dict[str, Any]) -> None:
         trainer = self.trainer
         module = trainer.lightning_module
+        # Written through __dict__: nn.Module.__setattr__ costs microseconds, and hooks run many times a batch.
         state = module.__dict__
         previous = state["_current_fx_name"]
         state["_current_fx_name"] = name
         try:
             for callback in callbacks:
                 getattr(callback, name)(trainer, module, *args, **kwargs)
-        finally:
-            state["_current_fx_name"] = previous
-
-    def callbacks_where(self, name: str, monitoring: bool, *args: Any) -> None:
-        """Call `name` on the monitoring callbacks only, or on the others only."""
-        trainer = self.trainer
-        module = trainer.lightning_module
-        state = module.__dict__
-        previous = state["_current_fx_name"]
-        state["_current_fx_name"] = name
-        try:
-            for callback in self._callbacks_for(name):
-                if is_monitoring(callback) == monitoring:
-                    getattr(callback, name)(trainer, module, *args)
         finally:
             state["_current_fx_name"] = previous
 
@@ -110,7 +104,6 @@ class HookRunner:
             # Lightning's own defaults never call self.log, so they need no hook-name bookkeeping, and the
             # ones that do nothing are not called at all: this runs about fifteen times a batch.
             return None if name in _NO_OP_MODULE_HOOKS else getattr(module, name)(*args, **kwargs)
-        # Written through __dict__: nn.Module.__setattr__ costs microseconds, and this runs ~15 times a batch.
         state = module.__dict__
         previous = state["_current_fx_name"]
         state["_current_fx_name"] = name

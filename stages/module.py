@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,17 +10,15 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from stages.exceptions import MisconfigurationException
-from stages.hparams import AttributeDict, collect_init_args
+from stages.hparams import HyperparametersMixin
 
 
-class LightningModule(nn.Module):
+class LightningModule(HyperparametersMixin, nn.Module):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trainer: Any = None
         self._current_fx_name: str | None = None
-        self._hparams: AttributeDict = AttributeDict()
-        self._hparams_initial: AttributeDict = AttributeDict()
-        self._log_hyperparams = True
+        self._init_hparams()
         self._modes_before_eval: dict[str, bool] = {}
         self.automatic_optimization = True
         self.strict_loading = True
@@ -72,32 +68,6 @@ class LightningModule(nn.Module):
     @property
     def loggers(self) -> list[Any]:
         return [] if self._trainer is None else self._trainer.loggers
-
-    # ---- hyperparameters --------------------------------------------------------------------------------
-
-    def save_hyperparameters(
-        self, *args: Any, ignore: str | list[str] | None = None, logger: bool = True, frame: Any = None
-    ) -> None:
-        """Store the caller's `__init__` arguments (or the named ones) in `self.hparams`."""
-        self._log_hyperparams = logger
-        ignored = [ignore] if isinstance(ignore, str) else list(ignore or [])
-        if len(args) == 1 and isinstance(args[0], Mapping):
-            params = dict(args[0])
-        else:
-            init_args = collect_init_args(frame or inspect.currentframe().f_back)
-            names = [a for a in args if isinstance(a, str)]
-            params = {k: v for k, v in init_args.items() if not names or k in names}
-        params = {k: v for k, v in params.items() if k not in ignored}
-        self._hparams = AttributeDict(params)
-        self._hparams_initial = copy.deepcopy(self._hparams)
-
-    @property
-    def hparams(self) -> AttributeDict:
-        return self._hparams
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        return self._hparams_initial
 
     # ---- logging ----------------------------------------------------------------------------------------
 

@@ -1,67 +1,61 @@
 """Loop progress counters, in Lightning's checkpoint layout (reference 7.2).
 
-Each counter pair has `total` (the whole run) and `current` (the epoch or run); a batch or epoch advances
+Each progress has `total` (the whole run) and `current` (the epoch or run) counters; a batch or epoch advances
 ready -> started -> processed -> completed, so a checkpoint tells exactly where inside a step it was taken.
+Optimizer and scheduler steps only count ready and completed; zero_grad counts ready, started, completed.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
-@dataclass
-class _Counts:
-    ready: int = 0
-    started: int = 0
-    processed: int = 0
-    completed: int = 0
-
-    def reset(self) -> None:
-        self.ready = self.started = self.processed = self.completed = 0
+FOUR = ("ready", "started", "processed", "completed")
+TWO = ("ready", "completed")
+THREE = ("ready", "started", "completed")
 
 
-@dataclass
-class _ReadyCompleted:
-    ready: int = 0
-    completed: int = 0
+class Counts:
+    """Named integer counters, one per stage of a step."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
+        for name in names:
+            setattr(self, name, 0)
 
     def reset(self) -> None:
-        self.ready = self.completed = 0
+        for name in self.names:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.names}
+
+    def load(self, state: dict[str, int]) -> None:
+        for name in self.names:
+            setattr(self, name, state[name])
 
 
-@dataclass
-class _ZeroGradCounts:
-    ready: int = 0
-    started: int = 0
-    completed: int = 0
-
-    def reset(self) -> None:
-        self.ready = self.started = self.completed = 0
-
-
-@dataclass
 class Progress:
-    """Four counters (ready, started, processed, completed) for the run and for the current epoch."""
+    """`total` and `current` counters; `increment_<stage>()` advances both."""
 
-    total: _Counts = field(default_factory=_Counts)
-    current: _Counts = field(default_factory=_Counts)
+    def __init__(self, names: tuple[str, ...] = FOUR):
+        self.total = Counts(names)
+        self.current = Counts(names)
+
+    def _increment(self, name: str) -> None:
+        setattr(self.total, name, getattr(self.total, name) + 1)
+        setattr(self.current, name, getattr(self.current, name) + 1)
 
     def increment_ready(self) -> None:
-        self.total.ready += 1
-        self.current.ready += 1
+        self._increment("ready")
 
     def increment_started(self) -> None:
-        self.total.started += 1
-        self.current.started += 1
+        self._increment("started")
 
     def increment_processed(self) -> None:
-        self.total.processed += 1
-        self.current.processed += 1
+        self._increment("processed")
 
     def increment_completed(self) -> None:
-        self.total.completed += 1
-        self.current.completed += 1
+        self._increment("completed")
 
     def reset(self) -> None:
         self.total.reset()
@@ -71,16 +65,19 @@ class Progress:
         self.current.reset()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"total": asdict(self.total), "current": asdict(self.current)}
+        return {"total": self.total.as_dict(), "current": self.current.as_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.total = _Counts(**state["total"])
-        self.current = _Counts(**state["current"])
+        self.total.load(state["total"])
+        self.current.load(state["current"])
 
 
-@dataclass
 class BatchProgress(Progress):
-    is_last_batch: bool = False
+    """Batch counters, plus whether the last fetched batch was the loader's last."""
+
+    def __init__(self) -> None:
+        super().__init__(FOUR)
+        self.is_last_batch = False
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "is_last_batch": self.is_last_batch}
@@ -90,53 +87,10 @@ class BatchProgress(Progress):
         self.is_last_batch = state.get("is_last_batch", False)
 
 
-@dataclass
-class StepProgress:
-    """Two counters (ready, completed): scheduler steps and optimizer steps."""
-
-    total: _ReadyCompleted = field(default_factory=_ReadyCompleted)
-    current: _ReadyCompleted = field(default_factory=_ReadyCompleted)
-
-    def increment_ready(self) -> None:
-        self.total.ready += 1
-        self.current.ready += 1
-
-    def increment_completed(self) -> None:
-        self.total.completed += 1
-        self.current.completed += 1
-
-    def reset(self) -> None:
-        self.total.reset()
-        self.current.reset()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"total": asdict(self.total), "current": asdict(self.current)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.total = _ReadyCompleted(**state["total"])
-        self.current = _ReadyCompleted(**state["current"])
+def step_progress() -> Progress:
+    """Optimizer and scheduler steps: ready and completed."""
+    return Progress(TWO)
 
 
-@dataclass
-class ZeroGradProgress:
-    total: _ZeroGradCounts = field(default_factory=_ZeroGradCounts)
-    current: _ZeroGradCounts = field(default_factory=_ZeroGradCounts)
-
-    def increment_ready(self) -> None:
-        self.total.ready += 1
-        self.current.ready += 1
-
-    def increment_started(self) -> None:
-        self.total.started += 1
-        self.current.started += 1
-
-    def increment_completed(self) -> None:
-        self.total.completed += 1
-        self.current.completed += 1
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"total": asdict(self.total), "current": asdict(self.current)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.total = _ZeroGradCounts(**state["total"])
-        self.current = _ZeroGradCounts(**state["current"])
+def zero_grad_progress() -> Progress:
+    return Progress(THREE)

@@ -20,7 +20,7 @@ from stages import data
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
-from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgress
+from stages.progress import BatchProgress, Progress, step_progress, zero_grad_progress
 
 _log = logging.getLogger(__name__)
 
@@ -37,10 +37,10 @@ class FitLoop:
         self.trainer = trainer
         self.epoch_progress = Progress()
         self.batch_progress = BatchProgress()
-        self.scheduler_progress = StepProgress()
-        self.optimizer_step_progress = StepProgress()
-        self.zero_grad_progress = ZeroGradProgress()
-        self.manual_step_progress = StepProgress()
+        self.scheduler_progress = step_progress()
+        self.optimizer_step_progress = step_progress()
+        self.zero_grad_progress = zero_grad_progress()
+        self.manual_step_progress = step_progress()
         self.val_progress = BatchProgress()
         self.batches_that_stepped = 0
         self.total_batch_idx = 0

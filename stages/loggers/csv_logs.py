@@ -15,7 +15,7 @@ from typing import IO, Any
 import torch
 
 from stages.loggers.logger import (
-    Logger,
+    FileLogger,
     VersionedDir,
     add_prefix,
     check_prefix,
@@ -27,7 +27,7 @@ METRICS_FILE = "metrics.csv"
 HPARAMS_FILE = "hparams.json"
 
 
-class CSVLogger(Logger):
+class CSVLogger(FileLogger):
     """Writes `<save_dir>/<name>/version_<N>/metrics.csv` (a `step` column, then one column per metric key)
     and `hparams.json`. Rows are buffered and written every `flush_logs_every_n_steps` steps and on save."""
 
@@ -51,26 +51,6 @@ class CSVLogger(Logger):
         self._prefix = check_prefix(prefix)
         self._flush_every = flush_logs_every_n_steps
         self._experiment: CSVWriter | None = None
-
-    @property
-    def name(self) -> str:
-        return self._dir.name
-
-    @property
-    def version(self) -> int | str:
-        return self._dir.version
-
-    @property
-    def save_dir(self) -> str:
-        return self._dir.save_dir
-
-    @property
-    def root_dir(self) -> str:
-        return self._dir.root_dir
-
-    @property
-    def log_dir(self) -> str:
-        return self._dir.log_dir
 
     @property
     def experiment(self) -> CSVWriter:

@@ -188,3 +188,29 @@ def next_version(root_dir: str) -> int:
             if os.path.isdir(os.path.join(root_dir, entry)):
                 taken.append(int(suffix))
     return max(taken) + 1 if taken else 0
+
+
+class FileLogger(Logger):
+    """A logger writing under `<save_dir>/<name>/version_<N>`: the directory properties come from `self._dir`."""
+
+    _dir: VersionedDir
+
+    @property
+    def name(self) -> str:
+        return self._dir.name
+
+    @property
+    def version(self) -> int | str:
+        return self._dir.version
+
+    @property
+    def save_dir(self) -> str:
+        return self._dir.save_dir
+
+    @property
+    def root_dir(self) -> str:
+        return self._dir.root_dir
+
+    @property
+    def log_dir(self) -> str:
+        return self._dir.log_dir

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stages.loggers.logger import (
-    Logger,
+    FileLogger,
     VersionedDir,
     add_prefix,
     check_finalize_status,
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(FileLogger):
     """Writes to `<save_dir>/<name>/version_<N>[/<sub_dir>]`; the SummaryWriter (and with it the tensorboard
     import) is created on first use so that importing the package stays fast."""
 
@@ -53,22 +53,6 @@ class TensorBoardLogger(Logger):
         self._prefix = check_prefix(prefix)
         self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         self._experiment: SummaryWriter | None = None
-
-    @property
-    def name(self) -> str:
-        return self._dir.name
-
-    @property
-    def version(self) -> int | str:
-        return self._dir.version
-
-    @property
-    def save_dir(self) -> str:
-        return self._dir.save_dir
-
-    @property
-    def root_dir(self) -> str:
-        return self._dir.root_dir
 
     @property
     def log_dir(self) -> str:
