@@ -41,21 +41,22 @@ class Progress:
         self.total = Counts(names)
         self.current = Counts(names)
 
-    def _increment(self, name: str) -> None:
-        setattr(self.total, name, getattr(self.total, name) + 1)
-        setattr(self.current, name, getattr(self.current, name) + 1)
-
+    # Direct attribute arithmetic, not getattr/setattr by name: these run several times per batch.
     def increment_ready(self) -> None:
-        self._increment("ready")
+        self.total.ready += 1
+        self.current.ready += 1
 
     def increment_started(self) -> None:
-        self._increment("started")
+        self.total.started += 1
+        self.current.started += 1
 
     def increment_processed(self) -> None:
-        self._increment("processed")
+        self.total.processed += 1
+        self.current.processed += 1
 
     def increment_completed(self) -> None:
-        self._increment("completed")
+        self.total.completed += 1
+        self.current.completed += 1
 
     def reset(self) -> None:
         self.total.reset()
