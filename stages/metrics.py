@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -341,6 +340,3 @@ class MetricsCollector:
                 results[target][name] = number
         return results
 
-
-def is_finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)

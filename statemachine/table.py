@@ -116,10 +116,6 @@ class MachineTable(BaseModel):
     def triggers(self) -> list[str]:
         return list(dict.fromkeys(t.trigger for t in self.transitions))
 
-    @property
-    def running_states(self) -> list[StateSpec]:
-        return [state for state in self.states if not state.resting]
-
     @model_validator(mode="after")
     def _check_shape(self) -> MachineTable:
         names = [state.name for state in self.states]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,6 @@ from statemachine.diagram import REPO_DIAGRAMS, build_graph, main, render
 from statemachine.history import CallbackRecord, ExceptionRecord, History
 from statemachine.table import TABLE
 
-needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot program is not installed")
 EDGE = re.compile(r'^\t+("[^"]+"|\S+) -> ("[^"]+"|\S+)(?: \[(.*)\])?$', re.MULTILINE)
 
 
@@ -171,7 +169,6 @@ def test_check_runs_as_a_program_in_a_fresh_process() -> None:
     assert result.returncode == 0, result.stderr
 
 
-@needs_dot
 def test_render_writes_dot_svg_and_png(tmp_path: Path) -> None:
     written = render(tmp_path / "out")
     assert written == [str(tmp_path / "out" / f"trainer.{fmt}") for fmt in ("dot", "svg", "png")]

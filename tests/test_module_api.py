@@ -1,0 +1,100 @@
+"""LightningModule helpers users call directly: toggling optimizers, freezing, seeding, hparams, log guards."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+from conftest import TinyModel, make_loader, quiet_trainer
+from torch import nn
+
+import statemachine as L
+
+
+class TwoOptimizers(L.LightningModule):
+    """Manual optimization where each optimizer owns one layer; toggling must freeze the other layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.first, self.second = nn.Linear(4, 4), nn.Linear(4, 2)
+        self.frozen_during_toggle: list[bool] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        opt_a, opt_b = self.optimizers()
+        self.toggle_optimizer(opt_a)
+        self.frozen_during_toggle.append(not self.second.weight.requires_grad)
+        loss = nn.functional.cross_entropy(self.second(self.first(x)), y)
+        opt_a.zero_grad()
+        opt_b.zero_grad()
+        self.manual_backward(loss)
+        assert self.second.weight.grad is None  # the frozen layer got no gradient
+        opt_a.step()
+        self.untoggle_optimizer(opt_a)
+        loss = nn.functional.cross_entropy(self.second(self.first(x)), y)
+        opt_b.zero_grad()
+        self.manual_backward(loss)
+        opt_b.step()
+
+    def configure_optimizers(self) -> Any:
+        return [torch.optim.SGD(self.first.parameters(), lr=0.1), torch.optim.SGD(self.second.parameters(), lr=0.1)]
+
+
+def test_toggle_optimizer_freezes_the_other_parameters_and_untoggle_restores(tmp_path: Any) -> None:
+    model = TwoOptimizers()
+    trainer = quiet_trainer(tmp_path, limit_train_batches=3)
+    trainer.fit(model, make_loader())
+    assert model.frozen_during_toggle == [True, True, True]
+    assert all(p.requires_grad for p in model.parameters())
+    assert trainer.global_step == 6  # manual optimization counts every optimizer step
+
+
+def test_manual_backward_is_refused_under_automatic_optimization(tmp_path: Any) -> None:
+    class Wrong(TinyModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = super().training_step(batch, batch_idx)
+            self.manual_backward(loss)
+            return loss
+
+    with pytest.raises(L.MisconfigurationException, match="manual optimization"):
+        quiet_trainer(tmp_path, limit_train_batches=1).fit(Wrong(), make_loader())
+
+
+def test_freeze_and_unfreeze() -> None:
+    model = TinyModel()
+    model.freeze()
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+    model.unfreeze()
+    assert model.training and all(p.requires_grad for p in model.parameters())
+
+
+def test_seed_everything_makes_draws_repeatable() -> None:
+    assert L.seed_everything(123) == 123
+    first = (random.random(), torch.rand(1).item())
+    L.seed_everything(123)
+    assert (random.random(), torch.rand(1).item()) == first
+    with pytest.raises(ValueError, match="seed=-1"):
+        L.seed_everything(-1)
+
+
+def test_save_hyperparameters_collects_init_arguments() -> None:
+    class Configured(L.LightningModule):
+        def __init__(self, width: int = 3, name: str = "x", secret: str = "s") -> None:
+            super().__init__()
+            self.save_hyperparameters(ignore="secret")
+
+    model = Configured(width=5)
+    assert dict(model.hparams) == {"width": 5, "name": "x"}
+    assert model.hparams.width == 5
+
+
+def test_log_outside_the_control_flow_is_refused(tmp_path: Any) -> None:
+    model = TinyModel()
+    model.log("ignored", 1.0)  # no trainer attached: nothing happens, as in Lightning
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1)
+    trainer.fit(model, make_loader())
+    with pytest.raises(L.MisconfigurationException, match="outside the Trainer's control flow"):
+        model.log("late", 1.0)
