@@ -80,7 +80,8 @@ def _eval_batch(
     hooks.callbacks(f"on_{noun}_batch_start", *args)
     hooks.module(f"on_{noun}_batch_start", *args)
     progress.increment_started()
-    output = hooks.module(f"{noun}_step", *args)
+    with trainer.strategy.precision.forward_context():
+        output = hooks.module(f"{noun}_step", *args)
     progress.increment_processed()
     hooks.callbacks(f"on_{noun}_batch_end", output, *args)
     hooks.module(f"on_{noun}_batch_end", output, *args)

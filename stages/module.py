@@ -163,7 +163,8 @@ class LightningModule(HyperparametersMixin, nn.Module):
         self.trainer._optimization.run_backward(loss, *args, **kwargs)
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
-        loss.backward(*args, **kwargs)
+        """Backpropagate; by default through the strategy, whose precision may scale the loss first."""
+        self.trainer.strategy.backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only `optimizer`'s parameters keep requires_grad; the others are frozen until untoggle."""

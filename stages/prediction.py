@@ -43,7 +43,8 @@ def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> lis
                 hooks.callbacks("on_predict_batch_start", *args)
                 hooks.module("on_predict_batch_start", *args)
                 progress.increment_started()
-                prediction = hooks.module("predict_step", *args)
+                with trainer.strategy.precision.forward_context():
+                    prediction = hooks.module("predict_step", *args)
                 progress.increment_processed()
                 hooks.callbacks("on_predict_batch_end", prediction, *args)
                 hooks.module("on_predict_batch_end", prediction, *args)

@@ -246,8 +246,10 @@ class FitLoop:
         zero_grad_now = batch_idx % k == 0
         captured: dict[str, Any] = {}
 
+        forward_context = trainer.strategy.precision.forward_context
+
         def closure() -> Tensor | None:
-            with torch.enable_grad():
+            with torch.enable_grad(), forward_context():
                 output = hooks.module("training_step", batch, batch_idx)
             loss = _loss_of(output)
             if zero_grad_now and optimizer is not None:
@@ -271,8 +273,9 @@ class FitLoop:
         return _outputs(captured["output"], captured["loss"])
 
     def _manual_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        with torch.enable_grad():
-            output = self.trainer._hooks.module("training_step", batch, batch_idx)
+        trainer = self.trainer
+        with torch.enable_grad(), trainer.strategy.precision.forward_context():
+            output = trainer._hooks.module("training_step", batch, batch_idx)
         if isinstance(output, Tensor):
             return {"loss": output.detach()}
         if isinstance(output, dict):

@@ -157,6 +157,11 @@ class Trainer:
     def _apply_flags(self, config: TrainerConfig) -> None:
         barebones = config.barebones
         self.barebones = barebones
+        if barebones:
+            _log.info(
+                "barebones=True: logger, checkpointing, progress bar, model summary, sanity check and step "
+                "logging are off"
+            )
         self.fast_dev_run = config.fast_dev_run
         self.max_steps = config.max_steps
         self.min_steps = config.min_steps
