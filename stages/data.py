@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader, RandomSampler
@@ -116,18 +116,29 @@ def train_loader(loaders: Any) -> Any:
     return loaders
 
 
-def fetch(loader: Iterable[Any], num_batches: int | float, start: int = 0) -> Iterator[tuple[int, Any, bool]]:
+def fetch(
+    loader: Iterable[Any],
+    num_batches: int | float,
+    start: int = 0,
+    positioned: Callable[[], None] | None = None,
+) -> Iterator[tuple[int, Any, bool]]:
     """Yield `(batch_idx, batch, is_last)`, knowing `is_last` before the batch runs (one batch prefetched).
 
-    `start` skips batches already consumed by the iterator's owner (a resumed epoch continues its count).
+    A resumed epoch continues its count at `start`. With `positioned`, the `start` batches it already ran are drawn
+    from the loader and dropped, and `positioned()` runs once the next batch is in hand, where the saving run stood
+    (reference 9.4). Without it the loader starts over and only the remaining number runs (Lightning's rule).
     """
     if num_batches <= start:
         return
     iterator = iter(loader)
     try:
+        for _ in range(start if positioned is not None else 0):
+            next(iterator)
         upcoming = next(iterator)
     except StopIteration:
         return
+    if positioned is not None:
+        positioned()
     index = start
     while True:
         if index + 1 >= num_batches:

@@ -11,12 +11,13 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from stages import data
+from stages import data, rng
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
@@ -54,6 +55,8 @@ class FitLoop:
         self.train_started = False
         self.resuming_in_validation = False
         self.resume_mid_epoch = False
+        self.epoch_start_rng: dict[str, Any] | None = None  # before this epoch's loader iterator was created
+        self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
         self.stepped_this_batch = False
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
@@ -111,6 +114,7 @@ class FitLoop:
         """Drop the epoch in flight and the loaders: nothing of this run may leak into the next."""
         self._epoch = None
         self._train_loader = None
+        self._restored_rng = None
         self.train_started = False
 
     # ---- start ------------------------------------------------------------------------------------------
@@ -181,6 +185,10 @@ class FitLoop:
     def _run_epoch(self) -> Iterator[str]:
         trainer = self.trainer
         hooks = trainer._hooks
+        saved, self._restored_rng = self._restored_rng, None
+        replay_from = self.epoch_start_rng if self.resume_mid_epoch and saved is not None else None
+        if saved is not None and replay_from is None:
+            rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
         if not self.resume_mid_epoch and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -196,7 +204,14 @@ class FitLoop:
             self.batch_progress.reset_current()
         self.resume_mid_epoch = False
         start = self.batch_progress.current.completed
-        for batch_idx, batch, is_last in data.fetch(self._train_loader, self.num_training_batches, start):
+        positioned = None
+        if saved is not None and replay_from is not None:
+            # reference 9.4: replay the epoch's loader up to its position, then continue with the saved draws
+            rng.restore(replay_from)
+            positioned = partial(rng.restore, saved)
+        else:
+            self.epoch_start_rng = rng.capture()
+        for batch_idx, batch, is_last in data.fetch(self._train_loader, self.num_training_batches, start, positioned):
             if not self._run_batch(batch_idx, batch, is_last):
                 break
             if self.epoch_validates and trainer._guards["should_check_val"](trainer):
@@ -345,7 +360,16 @@ class FitLoop:
     def _all_batches_ran(self) -> bool:
         return self.batch_progress.current.completed == self.num_training_batches or self.is_last_batch
 
-    # ---- checkpoint state (reference 7.2) ---------------------------------------------------------------
+    # ---- checkpoint state (reference 7.2, 9.4) ----------------------------------------------------------
+
+    def resume_state(self) -> dict[str, Any]:
+        """Beyond Lightning's keys (reference 9.4): the RNG states now and at the epoch's start."""
+        return {"rng": rng.capture(), "epoch_start_rng": self.epoch_start_rng}
+
+    def load_resume_state(self, state: dict[str, Any] | None) -> None:
+        """Without `state` (a Lightning file), a mid-epoch resume runs only the remaining number of batches."""
+        self._restored_rng = None if state is None else state["rng"]
+        self.epoch_start_rng = None if state is None else state["epoch_start_rng"]
 
     def state_dict(self) -> dict[str, Any]:
         return {

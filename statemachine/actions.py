@@ -5,12 +5,10 @@ Each takes the trainer. Their names are what the table, the diagram and the hist
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import torch
-
+from stages import rng
 from statemachine import checkpoint
 
 if TYPE_CHECKING:
@@ -110,23 +108,11 @@ def register_signal_handlers(trainer: Trainer) -> None:
 
 def save_rng_state(trainer: Trainer) -> None:
     """The sanity check must not change the random draws of training (reference 2.2 step 10)."""
-    state: dict[str, object] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    numpy = _numpy()
-    if numpy is not None:
-        state["numpy"] = numpy.random.get_state()
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    trainer._run.rng_state = state
+    trainer._run.rng_state = rng.capture()
 
 
 def restore_rng_state(trainer: Trainer) -> None:
-    state = trainer._run.rng_state
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        _numpy().random.set_state(state["numpy"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
+    rng.restore(trainer._run.rng_state)
 
 
 def reset_sanity_results(trainer: Trainer) -> None:
@@ -150,6 +136,7 @@ def end_training(trainer: Trainer) -> None:
 def teardown_internals(trainer: Trainer) -> None:
     """Internal teardown (reference 2.2 step 11): not a user hook, so it runs on success and on failure."""
     trainer.fit_loop.teardown()
+    trainer.fit_validation.teardown()
     module = trainer._run.model
     if module is not None:
         trainer.strategy.teardown(module, trainer.optimizers)
@@ -194,15 +181,6 @@ def finalize_loggers_failed(trainer: Trainer) -> None:
 def dump_history(trainer: Trainer) -> None:
     """Post-mortem: every interrupt leaves the run's path on disk, next to its logs."""
     trainer._dump_interrupt_history()
-
-
-def _numpy() -> Any:
-    """numpy is optional; its RNG is saved only when it is installed."""
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
 
 
 ACTIONS: dict[str, Callable[[Trainer], None]] = {

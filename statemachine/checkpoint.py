@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
 LIGHTNING_VERSION = "2.6.5"
+RESUME_KEY = "statemachine_resume"  # reference 9.4: RNG states for an exact resume, beyond Lightning's keys
 _LAST = re.compile(r"last(-v?\d+)?\.ckpt$")
 
 
@@ -55,6 +56,7 @@ def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
         if state:
             checkpoint[type(datamodule).__qualname__] = state
     if not weights_only:
+        checkpoint[RESUME_KEY] = trainer.fit_loop.resume_state()
         trainer._hooks.callbacks("on_save_checkpoint", checkpoint)
     trainer._hooks.module("on_save_checkpoint", checkpoint)
     return checkpoint
@@ -179,7 +181,7 @@ def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], pa
 
 
 def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
-    """Restore 2 (reference 2.2 step 9): precision, the fit loop's counters, optimizers, schedulers."""
+    """Restore 2 (reference 2.2 step 9): precision, the fit loop's counters and RNG states, optimizers, schedulers."""
     if "optimizer_states" not in checkpoint:
         raise KeyError(
             f"{path} has no optimizer states (saved with save_weights_only=True?): it can load weights for "
@@ -188,6 +190,7 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
     precision = trainer.strategy.precision
     precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
     _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
+    trainer.fit_loop.load_resume_state(checkpoint.get(RESUME_KEY))
     if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:
         raise MisconfigurationException(
             f"{path} is at epoch {trainer.current_epoch}, past max_epochs={trainer.max_epochs}; raise max_epochs "

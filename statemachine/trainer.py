@@ -397,7 +397,6 @@ class Trainer:
         try:
             self._drive(trigger)
         finally:
-            self.fit_validation.teardown()
             self._run = None
         return run
 

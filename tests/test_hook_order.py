@@ -99,6 +99,7 @@ CHECKPOINT_KEYS = [
     "callbacks",
     "optimizer_states",
     "lr_schedulers",
+    "statemachine_resume",  # reference 9.4: the exact-resume state, in an extra key after Lightning's
 ]
 
 
