@@ -25,6 +25,7 @@ _EXPORTS = {
     "MisconfigurationException": "stages.exceptions",
     "PossibleUserWarning": "stages.exceptions",
     "CSVLogger": "stages.loggers",
+    "DummyLogger": "stages.loggers",
     "Logger": "stages.loggers",
     "TensorBoardLogger": "stages.loggers",
     "LightningModule": "stages.module",

@@ -25,7 +25,7 @@ from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import HookRunner, is_overridden
-from stages.loggers import Logger, TensorBoardLogger
+from stages.loggers import DummyLogger, Logger, TensorBoardLogger
 from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
@@ -246,8 +246,10 @@ class Trainer:
 
     def _build_loggers(self, config: TrainerConfig) -> list[Logger]:
         given = config.logger
-        if self.fast_dev_run or given is False or (given is None and config.barebones):
+        if given is False or (given is None and config.barebones):
             return []
+        if self.fast_dev_run:
+            return [DummyLogger()]
         if given is None or given is True:
             return [TensorBoardLogger(save_dir=self._default_root_dir)]
         loggers = list(given) if isinstance(given, list | tuple) else [given]
@@ -435,7 +437,8 @@ class Trainer:
         extra = self._hooks.module("configure_callbacks")
         extra = [extra] if isinstance(extra, Callback) else list(extra or [])
         if extra:
-            replaced = {type(c) for c in extra}
+            # The module's callbacks replace the trainer's of the same class or of a parent class.
+            replaced = {type(c) for c in self.callbacks if type(c) is not Callback and _replaced_by(c, extra)}
             self.callbacks = [c for c in self.callbacks if type(c) not in replaced] + extra
         self.callbacks = _checkpoints_last(self.callbacks)
         self._hooks.reset()
@@ -716,6 +719,11 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
     if problems:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy
+
+
+def _replaced_by(callback: Callback, others: list[Callback]) -> bool:
+    """Whether some callback in `others` is of `callback`'s class or a subclass of it."""
+    return any(isinstance(other, type(callback)) for other in others)
 
 
 def _flag(value: bool | None, default: bool) -> bool:

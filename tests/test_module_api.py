@@ -98,3 +98,29 @@ def test_log_outside_the_control_flow_is_refused(tmp_path: Any) -> None:
     trainer.fit(model, make_loader())
     with pytest.raises(L.MisconfigurationException, match="outside the Trainer's control flow"):
         model.log("late", 1.0)
+
+
+def test_fast_dev_run_swaps_in_a_dummy_logger_that_absorbs_calls(tmp_path: Any) -> None:
+    class UsesExperiment(TinyModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            self.logger.experiment.add_scalar("direct", 1.0, batch_idx)
+            return super().training_step(batch, batch_idx)
+
+    trainer = L.Trainer(fast_dev_run=True, default_root_dir=str(tmp_path), enable_progress_bar=False)
+    trainer.fit(UsesExperiment(), make_loader())
+    assert isinstance(trainer.logger, L.DummyLogger)
+    assert not (tmp_path / "lightning_logs").exists()
+
+
+def test_configure_callbacks_replaces_callbacks_of_a_parent_class(tmp_path: Any) -> None:
+    class Tuned(L.ModelCheckpoint):
+        pass
+
+    class WithCallbacks(TinyModel):
+        def configure_callbacks(self) -> Any:
+            return [Tuned(dirpath=tmp_path / "tuned")]
+
+    original = L.ModelCheckpoint(dirpath=tmp_path / "original")
+    trainer = quiet_trainer(tmp_path, enable_checkpointing=True, callbacks=[original], limit_train_batches=1)
+    trainer.fit(WithCallbacks(), make_loader())
+    assert [type(c).__name__ for c in trainer.checkpoint_callbacks] == ["Tuned"]

@@ -214,3 +214,35 @@ class FileLogger(Logger):
     @property
     def log_dir(self) -> str:
         return self._dir.log_dir
+
+
+class _NoExperiment:
+    """Accepts any call and does nothing, so `self.logger.experiment.add_image(...)` runs under fast_dev_run."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _NoExperiment:
+        return self
+
+
+class DummyLogger(Logger):
+    """The logger `fast_dev_run` swaps in, as Lightning does: it records nothing and writes nothing."""
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def experiment(self) -> _NoExperiment:
+        return _NoExperiment()
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Nothing is recorded during a fast_dev_run."""
+
+    def log_hyperparams(self, params: dict[str, Any] | argparse.Namespace) -> None:
+        """Nothing is recorded during a fast_dev_run."""
