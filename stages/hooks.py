@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from stages.callbacks.callback import Callback, Checkpoint
+from stages.callbacks.early_stopping import EarlyStopping
+from stages.module import LightningModule
 
 
 def is_overridden(name: str, instance: object, parent: type) -> bool:
@@ -19,8 +21,6 @@ def is_overridden(name: str, instance: object, parent: type) -> bool:
 
 def is_monitoring(callback: Callback) -> bool:
     """Monitoring callbacks run after the module in `on_train_epoch_end` (reference 5.8)."""
-    from stages.callbacks.early_stopping import EarlyStopping
-
     return isinstance(callback, Checkpoint | EarlyStopping)
 
 
@@ -57,8 +57,6 @@ class HookRunner:
     def _module_overrides_hook(self, name: str, module: Any) -> bool:
         found = self._module_overrides.get(name)
         if found is None:
-            from stages.module import LightningModule
-
             found = is_overridden(name, module, LightningModule) or name in module.__dict__
             self._module_overrides[name] = found
         return found
@@ -116,8 +114,6 @@ class HookRunner:
         return self._module_overrides_hook(name, self.trainer.lightning_module)
 
     def module_if_overridden(self, name: str, *args: Any) -> Any:
-        from stages.module import LightningModule
-
         module = self.trainer.lightning_module
         if is_overridden(name, module, LightningModule):
             return self.module(name, *args)
