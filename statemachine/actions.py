@@ -40,7 +40,7 @@ def prepare_data(trainer: Trainer) -> None:
 def call_setup_hooks(trainer: Trainer) -> None:
     fn = trainer._run.fn
     for logger in trainer.loggers:
-        _ = logger.experiment
+        _ = logger.experiment  # created before setup, so setup hooks can already log to it (reference 2.2 step 4)
     trainer.strategy.barrier("pre_setup")
     trainer._hooks.datamodule("setup", stage=fn)
     trainer._hooks.callbacks("setup", stage=fn)
