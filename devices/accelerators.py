@@ -115,9 +115,7 @@ class CUDAAccelerator(Accelerator):
             return list(range(available))
         indices = list(range(requested)) if isinstance(requested, int) else requested
         if len(set(indices)) != len(indices):
-            raise ValueError(
-                f"devices={devices!r} names a CUDA device more than once; indices must be unique"
-            )
+            raise ValueError(f"devices={devices!r} names a CUDA device more than once; indices must be unique")
         missing = [index for index in indices if index >= available]
         if missing:
             raise ValueError(

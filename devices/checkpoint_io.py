@@ -27,9 +27,7 @@ class CorruptCheckpointError(ValueError):
     """The file exists but does not hold a readable checkpoint dict."""
 
 
-def save_checkpoint(
-    checkpoint: dict[str, Any], path: PathLike, storage_options: dict[str, Any] | None = None
-) -> None:
+def save_checkpoint(checkpoint: dict[str, Any], path: PathLike, storage_options: dict[str, Any] | None = None) -> None:
     """Write `checkpoint` with torch.save so that `path` holds either the old file or the complete new one."""
     shown = os.fspath(path)
     fs, fs_path = url_to_fs(shown, **(storage_options or {}))
@@ -106,8 +104,7 @@ def _torch_load(stream: IO[bytes], shown: str, map_location: Any) -> Any:
         if not any(phrase in str(error) for phrase in _TORCH_CORRUPTION_PHRASES):
             raise
         raise CorruptCheckpointError(
-            f"Checkpoint file {shown!r} is truncated, corrupt or not written by torch.save: "
-            f"{_first_sentence(error)}"
+            f"Checkpoint file {shown!r} is truncated, corrupt or not written by torch.save: {_first_sentence(error)}"
         ) from error
 
 

@@ -37,9 +37,7 @@ def connect(
     _collect(problems, _check_num_nodes, num_nodes)
     plugin = _collect(problems, resolve_precision, precision)
     if problems:
-        raise ValueError(
-            problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems)
-        )
+        raise ValueError(problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems))
     assert chosen is not None and device_indices is not None and isinstance(plugin, Precision)
     return SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
 
@@ -55,9 +53,7 @@ def _collect(problems: list[str], check: Callable[..., Any], *args: Any) -> Any:
 def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
     if isinstance(value, Accelerator):
         if not value.is_available():
-            raise ValueError(
-                f"accelerator={value!r} was given, but its hardware is not available in this process"
-            )
+            raise ValueError(f"accelerator={value!r} was given, but its hardware is not available in this process")
         return value
     if not isinstance(value, str):
         raise ValueError(f"accelerator={value!r} is not valid; use {_ALLOWED_ACCELERATORS}")
@@ -67,9 +63,7 @@ def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
         # Lightning's "auto" would also pick MPS or TPU; here it picks the best accelerator we can run.
         return CUDAAccelerator() if CUDAAccelerator.is_available() else CPUAccelerator()
     if name in _ACCELERATORS_NOT_YET:
-        raise ValueError(
-            f"accelerator={value!r} is recognised but not supported yet; use {_ALLOWED_ACCELERATORS}"
-        )
+        raise ValueError(f"accelerator={value!r} is recognised but not supported yet; use {_ALLOWED_ACCELERATORS}")
     if name not in _ACCELERATORS:
         raise ValueError(f"accelerator={value!r} is not valid; use {_ALLOWED_ACCELERATORS}")
     kind = _ACCELERATORS[name]
@@ -97,8 +91,7 @@ def _resolve_devices(accelerator: Accelerator, devices: Any) -> list[int]:
 def _check_strategy(value: Any) -> None:
     if not isinstance(value, str):
         raise ValueError(
-            f"strategy={value!r} is not valid; use one of {list(_STRATEGIES)} (strategy objects are not "
-            "supported yet)"
+            f"strategy={value!r} is not valid; use one of {list(_STRATEGIES)} (strategy objects are not supported yet)"
         )
     name = value.strip().lower()
     if name in _STRATEGIES:

@@ -78,7 +78,5 @@ def resolve_precision(value: Any) -> Precision:
         return Precision()
     if canonical is not None:
         alias = "" if value == canonical else f" (Lightning's alias of {canonical!r})"
-        raise ValueError(
-            f"precision={value!r}{alias} is recognised but not supported yet; supported: {_SUPPORTED}"
-        )
+        raise ValueError(f"precision={value!r}{alias} is recognised but not supported yet; supported: {_SUPPORTED}")
     raise ValueError(f"precision={value!r} is not a known precision; supported: {_SUPPORTED}")

@@ -98,9 +98,7 @@ class Strategy(ABC):
         """The default behind `LightningModule.transfer_batch_to_device`."""
         return move_to_device(batch, self.root_device if device is None else device)
 
-    def optimizers_to_device(
-        self, optimizers: Iterable[Optimizer], device: torch.device | None = None
-    ) -> None:
+    def optimizers_to_device(self, optimizers: Iterable[Optimizer], device: torch.device | None = None) -> None:
         target = self.root_device if device is None else device
         for optimizer in optimizers:
             move_optimizer_state(optimizer, target)
@@ -125,9 +123,7 @@ class Strategy(ABC):
         if self.is_global_zero:
             checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
 
-    def load_checkpoint(
-        self, path: PathLike, storage_options: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    def load_checkpoint(self, path: PathLike, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
         # Load onto the CPU: restoring then copies into parameters wherever they live, and a file saved
         # on a GPU still opens on a host without one.
         return checkpoint_io.load_checkpoint(path, map_location=_CPU, storage_options=storage_options)

@@ -45,9 +45,7 @@ def evaluate(
             metrics.dataloader_idx = dataloader_idx
             last_loader = dataloader_idx == len(loaders) - 1
             for batch_idx, batch, is_last in data.fetch(loader, count):
-                _eval_batch(
-                    trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity
-                )
+                _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
                 progress.is_last_batch = is_last
                 if trainer.received_sigterm and not (is_last and last_loader):
                     raise SIGTERMException()
@@ -115,9 +113,7 @@ class FitValidation:
         if trainer.overfit_batches > 0:
             self.loaders = [data.without_shuffling(loader) for loader in self.loaders]
         limit = trainer.limit_val_batches
-        self.num_batches = [
-            data.limited_batches(loader, limit, "limit_val_batches") for loader in self.loaders
-        ]
+        self.num_batches = [data.limited_batches(loader, limit, "limit_val_batches") for loader in self.loaders]
         trainer.num_val_batches = list(self.num_batches)
 
     def teardown(self) -> None:
@@ -134,9 +130,7 @@ class FitValidation:
         steps = trainer.num_sanity_val_steps
         capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
         trainer.num_sanity_val_batches = capped
-        evaluate(
-            trainer, "val", self.loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True
-        )
+        evaluate(trainer, "val", self.loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True)
         trainer._hooks.callbacks("on_sanity_check_end")
         return "sanity_check_done"
 

@@ -339,4 +339,3 @@ class MetricsCollector:
             for target in targets:
                 results[target][name] = number
         return results
-

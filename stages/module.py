@@ -157,9 +157,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
 
     def manual_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         if self.automatic_optimization:
-            raise MisconfigurationException(
-                "manual_backward is for manual optimization (automatic_optimization=False)"
-            )
+            raise MisconfigurationException("manual_backward is for manual optimization (automatic_optimization=False)")
         self.trainer._optimization.run_backward(loss, *args, **kwargs)
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
@@ -183,9 +181,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
             param.requires_grad = requires_grad
         self._toggled_requires_grad = {}
 
-    def optimizer_step(
-        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
-    ) -> None:
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         optimizer.step(closure=optimizer_closure)
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
@@ -227,9 +223,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
         value = gradient_clip_val if gradient_clip_val is not None else (trainer.gradient_clip_val or 0.0)
         algorithm = gradient_clip_algorithm or trainer.gradient_clip_algorithm or "norm"
         if algorithm not in ("norm", "value"):
-            raise MisconfigurationException(
-                f"gradient_clip_algorithm={algorithm!r} must be 'norm' or 'value'"
-            )
+            raise MisconfigurationException(f"gradient_clip_algorithm={algorithm!r} must be 'norm' or 'value'")
         if value <= 0:
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -239,9 +233,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
             torch.nn.utils.clip_grad_norm_(params, value)
 
     def configure_optimizers(self) -> Any:
-        raise MisconfigurationException(
-            f"{type(self).__name__} must implement configure_optimizers() to be fit"
-        )
+        raise MisconfigurationException(f"{type(self).__name__} must implement configure_optimizers() to be fit")
 
     def configure_callbacks(self) -> Any:
         return []
@@ -346,9 +338,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
         params = {**checkpoint.get("hyper_parameters", {}), **kwargs}
         model = cls(**params)
         model.on_load_checkpoint(checkpoint)
-        model.load_state_dict(
-            checkpoint["state_dict"], strict=model.strict_loading if strict is None else strict
-        )
+        model.load_state_dict(checkpoint["state_dict"], strict=model.strict_loading if strict is None else strict)
         return model
 
     def freeze(self) -> None:

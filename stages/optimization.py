@@ -61,9 +61,7 @@ def _scheduler_config(item: Any, monitor: str | None = None) -> LRSchedulerConfi
     plateau = item.get("reduce_on_plateau", _is_plateau(item["scheduler"]))
     chosen_monitor = item.get("monitor", monitor)
     if plateau and chosen_monitor is None:
-        raise MisconfigurationException(
-            "a ReduceLROnPlateau scheduler config needs 'monitor': the metric to watch"
-        )
+        raise MisconfigurationException("a ReduceLROnPlateau scheduler config needs 'monitor': the metric to watch")
     return LRSchedulerConfig(
         scheduler=item["scheduler"],
         name=item.get("name"),
@@ -226,9 +224,7 @@ class Optimization:
             f"Available metrics are: {sorted(metrics)}"
         )
         if config.strict:
-            raise MisconfigurationException(
-                message + ". Set strict=False in the scheduler config to skip instead"
-            )
+            raise MisconfigurationException(message + ". Set strict=False in the scheduler config to skip instead")
         warnings.warn(message, RuntimeWarning, stacklevel=2)
         return None
 
@@ -237,9 +233,7 @@ class Optimization:
         schedulers = [c.scheduler.state_dict() for c in self.lr_scheduler_configs]
         return optimizers, schedulers
 
-    def load_state_dicts(
-        self, optimizer_states: list[dict[str, Any]], scheduler_states: list[dict[str, Any]]
-    ) -> None:
+    def load_state_dicts(self, optimizer_states: list[dict[str, Any]], scheduler_states: list[dict[str, Any]]) -> None:
         if len(optimizer_states) != len(self.optimizers):
             raise ValueError(
                 f"the checkpoint has {len(optimizer_states)} optimizer states but configure_optimizers returned "

@@ -294,9 +294,7 @@ class FitLoop:
         if isinstance(output, Tensor):
             return {"loss": output.detach()}
         if isinstance(output, dict):
-            return {
-                key: value.detach() if isinstance(value, Tensor) else value for key, value in output.items()
-            }
+            return {key: value.detach() if isinstance(value, Tensor) else value for key, value in output.items()}
         return {}
 
     def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:

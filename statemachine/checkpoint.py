@@ -122,15 +122,11 @@ def _best_path(trainer: Trainer, fn: str) -> str:
     if not callbacks:
         raise ValueError(f'.{fn}(ckpt_path="best") is set but no ModelCheckpoint is configured')
     if len(callbacks) > 1:
-        warnings.warn(
-            f'.{fn}(ckpt_path="best") uses the first of {len(callbacks)} checkpoint callbacks', stacklevel=3
-        )
+        warnings.warn(f'.{fn}(ckpt_path="best") uses the first of {len(callbacks)} checkpoint callbacks', stacklevel=3)
     best = getattr(callbacks[0], "best_model_path", "")
     if not best:
         if trainer.fast_dev_run:
-            raise ValueError(
-                f'.{fn}(ckpt_path="best") cannot be used with fast_dev_run, which saves no checkpoint'
-            )
+            raise ValueError(f'.{fn}(ckpt_path="best") cannot be used with fast_dev_run, which saves no checkpoint')
         raise ValueError(f'.{fn}(ckpt_path="best") is set but the ModelCheckpoint has not saved a best model')
     return best
 
@@ -175,9 +171,7 @@ def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], pa
         if state is not None:
             callback.load_state_dict(state)
     if saved:
-        warnings.warn(
-            f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", stacklevel=2
-        )
+        warnings.warn(f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", stacklevel=2)
 
 
 def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
@@ -196,9 +190,7 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
             f"{path} is at epoch {trainer.current_epoch}, past max_epochs={trainer.max_epochs}; raise max_epochs "
             "to continue training"
         )
-    trainer._optimization.load_state_dicts(
-        checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", [])
-    )
+    trainer._optimization.load_state_dicts(checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
 
 
 def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
@@ -218,9 +210,7 @@ def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
         batch.increment_completed()  # saved from on_train_batch_end: that batch is done
     counts = epoch.current
     inside_epoch = counts.processed == counts.started - 1
-    at_epoch_end = (
-        counts.ready == counts.started == counts.processed and counts.completed == counts.processed - 1
-    )
+    at_epoch_end = counts.ready == counts.started == counts.processed and counts.completed == counts.processed - 1
     restart = inside_epoch or trainer.max_steps != -1
     if restart and (inside_epoch or at_epoch_end) and not batch.is_last_batch:
         if at_epoch_end:

@@ -80,9 +80,7 @@ class TrainerConfig(BaseModel):
     enable_autolog_hparams: bool = True
     model_registry: str | None = None
 
-    @field_validator(
-        "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"
-    )
+    @field_validator("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
     @classmethod
     def _limits(cls, value: Any, info: Any) -> int | float:
         return _limit(info.field_name, value)
@@ -131,9 +129,7 @@ class TrainerConfig(BaseModel):
                 "('DD:HH:MM:SS', timedelta or dict)"
             )
         if isinstance(value, float) and value > 1.0:
-            raise ValueError(
-                f"val_check_interval={value!r}: a float must be in (0.0, 1.0]; use an int for batches"
-            )
+            raise ValueError(f"val_check_interval={value!r}: a float must be in (0.0, 1.0]; use an int for batches")
         return value
 
     @field_validator("check_val_every_n_epoch")

@@ -43,9 +43,7 @@ class _Machine(HierarchicalMachine):
 class Flow:
     """Holds the machine's state for one trainer and fires events on it."""
 
-    def __init__(
-        self, trainer: Trainer, table: MachineTable = TABLE, coverage: TransitionCoverage = COVERAGE
-    ):
+    def __init__(self, trainer: Trainer, table: MachineTable = TABLE, coverage: TransitionCoverage = COVERAGE):
         self.trainer = trainer
         self.table = table
         self.history = History()
@@ -110,8 +108,7 @@ class Flow:
 
     def _runtime_transition(self, spec: TransitionSpec) -> dict[str, Any]:
         callbacks = {
-            "before": [_Taken(self, spec)]
-            + [_Callback(self, name, spec.best_effort) for name in spec.before],
+            "before": [_Taken(self, spec)] + [_Callback(self, name, spec.best_effort) for name in spec.before],
             "after": [_Callback(self, name, spec.best_effort) for name in spec.after],
         }
         conditions = [] if spec.guard_name is None else [_Guard(self, spec.guard_name, spec.guard_negated)]
@@ -162,9 +159,7 @@ class _Callback:
             error = exc
             if not self.best_effort:
                 raise
-            _log.warning(
-                "%s failed while interrupting; continuing the interrupt path", self.name, exc_info=exc
-            )
+            _log.warning("%s failed while interrupting; continuing the interrupt path", self.name, exc_info=exc)
         finally:
             self.flow._record.callbacks.append(
                 CallbackRecord(

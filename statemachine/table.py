@@ -156,9 +156,7 @@ class MachineTable(BaseModel):
     def _reachability_problems(self, names: list[str]) -> list[str]:
         edges = [(t.source, t.dest) for t in self.transitions]
         reachable = _closure({self.initial}, edges)
-        problems = [
-            f"state {name!r} is unreachable from {self.initial!r}" for name in names if name not in reachable
-        ]
+        problems = [f"state {name!r} is unreachable from {self.initial!r}" for name in names if name not in reachable]
         resting = {state.name for state in self.states if state.resting}
         for name in names:
             if not (_closure({name}, edges) & (resting - {name}) or name in resting):
@@ -213,9 +211,7 @@ _INTERRUPT_CHAIN = (
 
 _RUNNING = RunningStage
 _STATES = (
-    StateSpec(
-        name="idle", status=TrainerStatus.INITIALIZING, resting=True, doc="constructed, nothing ran yet"
-    ),
+    StateSpec(name="idle", status=TrainerStatus.INITIALIZING, resting=True, doc="constructed, nothing ran yet"),
     StateSpec(
         name="fitting.setup",
         status=TrainerStatus.RUNNING,
@@ -265,9 +261,7 @@ _STATES = (
         stage=_RUNNING.PREDICTING,
         handler="predicting",
     ),
-    StateSpec(
-        name="finished", status=TrainerStatus.FINISHED, resting=True, doc="the last run returned normally"
-    ),
+    StateSpec(name="finished", status=TrainerStatus.FINISHED, resting=True, doc="the last run returned normally"),
     StateSpec(name="interrupted", status=TrainerStatus.INTERRUPTED, resting=True, doc="the last run raised"),
 )
 
@@ -291,13 +285,9 @@ _TRANSITIONS = (
         dest="fitting.training",
         before=("reset_sanity_results", "restore_rng_state"),
     ),
-    TransitionSpec(
-        trigger="val_check", source="fitting.training", dest="fitting.validating", guard="should_check_val"
-    ),
+    TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.validating", guard="should_check_val"),
     TransitionSpec(trigger="validation_done", source="fitting.validating", dest="fitting.training"),
-    TransitionSpec(
-        trigger="epoch_end", source="fitting.training", dest="fitting.training", guard="not fit_done"
-    ),
+    TransitionSpec(trigger="epoch_end", source="fitting.training", dest="fitting.training", guard="not fit_done"),
     TransitionSpec(
         trigger="stop",
         source="fitting.training",

@@ -123,10 +123,7 @@ def test_default_name_and_template_features(tmp_path: Path) -> None:
     assert in_dir.format_checkpoint_name(metrics) == str(tmp_path / "epoch=3-step=12.ckpt")
     # Longer names sharing a prefix are not clobbered by shorter ones.
     both = ModelCheckpoint(filename="{epoch}-{epoch_loss:.1f}")
-    assert (
-        both.format_checkpoint_name({**metrics, "epoch_loss": torch.tensor(1.5)})
-        == "epoch=3-epoch_loss=1.5.ckpt"
-    )
+    assert both.format_checkpoint_name({**metrics, "epoch_loss": torch.tensor(1.5)}) == "epoch=3-epoch_loss=1.5.ckpt"
 
 
 def test_constants() -> None:
@@ -394,8 +391,7 @@ def test_save_on_train_epoch_end_decision(tmp_path: Path, overrides: dict[str, A
     trainer = FakeTrainer(tmp_path, **overrides)
     assert ModelCheckpoint()._should_save_on_train_epoch_end(trainer) is expected
     assert (
-        ModelCheckpoint(save_on_train_epoch_end=not expected)._should_save_on_train_epoch_end(trainer)
-        is not expected
+        ModelCheckpoint(save_on_train_epoch_end=not expected)._should_save_on_train_epoch_end(trainer) is not expected
     )
 
 
@@ -415,9 +411,7 @@ def test_missing_monitor_warns_in_training_and_raises_after_validation(tmp_path:
 @pytest.mark.parametrize(
     "overrides", [{"sanity_checking": True}, {"state": SimpleNamespace(fn="validate")}, {"fast_dev_run": 1}]
 )
-def test_never_saves_in_sanity_check_outside_fit_or_fast_dev_run(
-    tmp_path: Path, overrides: dict[str, Any]
-) -> None:
+def test_never_saves_in_sanity_check_outside_fit_or_fast_dev_run(tmp_path: Path, overrides: dict[str, Any]) -> None:
     trainer = FakeTrainer(tmp_path, **overrides)
     callback = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_last=True, save_on_exception=True)
     fit_setup(callback, trainer)
@@ -509,9 +503,7 @@ def test_invalid_arguments_are_refused(kwargs: dict[str, Any], error: type[Excep
 # ---------------------------------------------------------------- EarlyStopping
 
 
-def run_checks(
-    callback: EarlyStopping, trainer: FakeTrainer, values: list[float], key: str = "val_loss"
-) -> int:
+def run_checks(callback: EarlyStopping, trainer: FakeTrainer, values: list[float], key: str = "val_loss") -> int:
     """Feeds one value per epoch; returns how many epochs ran before should_stop was set."""
     callback.setup(trainer, None, "fit")
     for epoch, value in enumerate(values):

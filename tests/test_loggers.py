@@ -38,9 +38,7 @@ def _read_csv(path: str) -> list[dict[str, str]]:
 
 
 def test_flatten_hparams_joins_nested_keys_and_accepts_namespaces() -> None:
-    params = argparse.Namespace(
-        lr=0.1, optim={"name": "adam", "betas": {"b1": 0.9}}, sub=argparse.Namespace(k=3)
-    )
+    params = argparse.Namespace(lr=0.1, optim={"name": "adam", "betas": {"b1": 0.9}}, sub=argparse.Namespace(k=3))
     assert flatten_hparams(params) == {"lr": 0.1, "optim/name": "adam", "optim/betas/b1": 0.9, "sub/k": 3}
     with pytest.raises(ValueError, match="dict or an argparse.Namespace.*list"):
         flatten_hparams([1, 2])  # type: ignore[arg-type]
@@ -96,11 +94,7 @@ def test_logger_modules_import_tensorboard_only_inside_functions() -> None:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
-            eager = [
-                n
-                for n in names
-                if n.split(".")[0] == "tensorboard" or n.startswith("torch.utils.tensorboard")
-            ]
+            eager = [n for n in names if n.split(".")[0] == "tensorboard" or n.startswith("torch.utils.tensorboard")]
             assert not eager, (source.name, eager)
 
 
@@ -204,9 +198,7 @@ def _hparams_plugin(log_dir: str) -> tuple[dict[str, object], list[str]]:
 def test_tensorboard_hyperparams_with_default_hp_metric(tmp_path: Path) -> None:
     logger = TensorBoardLogger(tmp_path)
     logger.log_hyperparams(
-        argparse.Namespace(
-            lr=0.01, optim={"name": "adam", "betas": (0.9, 0.99)}, frozen=True, scale=torch.tensor(2)
-        )
+        argparse.Namespace(lr=0.01, optim={"name": "adam", "betas": (0.9, 0.99)}, frozen=True, scale=torch.tensor(2))
     )
     logger.finalize("success")
     values, metric_tags = _hparams_plugin(logger.log_dir)
@@ -246,9 +238,7 @@ def test_tensorboard_hyperparams_with_given_metrics_and_without_default(tmp_path
         ({"sub_dir": 4}, "sub_dir 4 must be"),
     ],
 )
-def test_tensorboard_refuses_unsupported_arguments(
-    tmp_path: Path, kwargs: dict[str, object], message: str
-) -> None:
+def test_tensorboard_refuses_unsupported_arguments(tmp_path: Path, kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TensorBoardLogger(tmp_path, **kwargs)  # type: ignore[arg-type]
 

@@ -229,17 +229,11 @@ class _Net(nn.Module):
 
 
 def _rows(table: str) -> list[list[str]]:
-    return [
-        [cell.strip() for cell in line.split("|")]
-        for line in table.splitlines()
-        if re.match(r"\d+ +\|", line)
-    ]
+    return [[cell.strip() for cell in line.split("|")] for line in table.splitlines() if re.match(r"\d+ +\|", line)]
 
 
 def _totals(table: str) -> dict[str, str]:
-    return {
-        m.group(2): m.group(1) for m in re.finditer(r"^(\S+(?: [KMBT])?) +([A-Z].*)$", table, re.MULTILINE)
-    }
+    return {m.group(2): m.group(1) for m in re.finditer(r"^(\S+(?: [KMBT])?) +([A-Z].*)$", table, re.MULTILINE)}
 
 
 def test_summary_lists_children_with_params_and_mode() -> None:

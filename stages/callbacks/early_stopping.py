@@ -117,8 +117,7 @@ class EarlyStopping(Callback):
     def _report_missing_metric(self, metrics: dict[str, Any]) -> None:
         message = (
             f"Early stopping conditioned on metric `{self.monitor}` which is not available. Pass in or modify"
-            " your `EarlyStopping` callback to use any of the following: "
-            + ", ".join(f"`{key}`" for key in metrics)
+            " your `EarlyStopping` callback to use any of the following: " + ", ".join(f"`{key}`" for key in metrics)
         )
         if self.strict:
             raise RuntimeError(message)

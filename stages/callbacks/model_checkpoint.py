@@ -129,9 +129,7 @@ class ModelCheckpoint(Checkpoint):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._last_time_checked = time.monotonic()
 
-    def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self._step_trigger_due(trainer):
             return
         candidates = self._monitor_candidates(trainer)
@@ -160,11 +158,7 @@ class ModelCheckpoint(Checkpoint):
             self._save_epoch_checkpoints(trainer, strict=True)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if (
-            self.save_last
-            and not self._last_checkpoint_saved
-            and not self._should_skip_saving_checkpoint(trainer)
-        ):
+        if self.save_last and not self._last_checkpoint_saved and not self._should_skip_saving_checkpoint(trainer):
             self._write_last(trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
@@ -174,9 +168,7 @@ class ModelCheckpoint(Checkpoint):
         filepath = self._unique_path(trainer, candidates, prefix=self.CHECKPOINT_NAME_EXCEPTION)
         self._save_checkpoint(trainer, filepath)
         self._save_last_checkpoint(trainer, candidates)
-        log.info(
-            f"{type(exception).__name__} raised with message {str(exception)!r}; saved checkpoint {filepath}"
-        )
+        log.info(f"{type(exception).__name__} raised with message {str(exception)!r}; saved checkpoint {filepath}")
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -338,12 +330,8 @@ class ModelCheckpoint(Checkpoint):
         candidates = dict(trainer.callback_metrics)
         # `self.log("epoch", ...)` stores a float and names need the int; anything else becomes the counter.
         epoch, step = candidates.get("epoch"), candidates.get("step")
-        candidates["epoch"] = (
-            epoch.int() if isinstance(epoch, torch.Tensor) else torch.tensor(trainer.current_epoch)
-        )
-        candidates["step"] = (
-            step.int() if isinstance(step, torch.Tensor) else torch.tensor(trainer.global_step)
-        )
+        candidates["epoch"] = epoch.int() if isinstance(epoch, torch.Tensor) else torch.tensor(trainer.current_epoch)
+        candidates["step"] = step.int() if isinstance(step, torch.Tensor) else torch.tensor(trainer.global_step)
         return candidates
 
     def _save_topk_checkpoint(self, trainer: Any, candidates: dict[str, Any], strict: bool) -> None:
@@ -436,9 +424,7 @@ class ModelCheckpoint(Checkpoint):
             self._write_last(trainer, candidates)
 
     def _write_last(self, trainer: Any, candidates: dict[str, Any]) -> None:
-        filepath = self._unique_path(
-            trainer, candidates, self.CHECKPOINT_NAME_LAST, reusable=self.last_model_path
-        )
+        filepath = self._unique_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, reusable=self.last_model_path)
         # Set before saving: the path is part of the state written into the checkpoint.
         previous, self.last_model_path = self.last_model_path, filepath
         target = self._last_checkpoint_saved
@@ -497,9 +483,7 @@ class ModelCheckpoint(Checkpoint):
 
 def _epoch_validates(trainer: Any) -> bool:
     every_n = trainer.check_val_every_n_epoch
-    return sum(trainer.num_val_batches) > 0 and (
-        every_n is None or (trainer.current_epoch + 1) % every_n == 0
-    )
+    return sum(trainer.num_val_batches) > 0 and (every_n is None or (trainer.current_epoch + 1) % every_n == 0)
 
 
 def _progress(candidates: dict[str, Any]) -> str:
@@ -539,9 +523,7 @@ def _symlink_or_copy(target: str, linkpath: str) -> None:
         shutil.copy(target, linkpath)
 
 
-def _validate_names(
-    dirpath: str | os.PathLike[str] | None, filename: str | None, monitor: str | None
-) -> None:
+def _validate_names(dirpath: str | os.PathLike[str] | None, filename: str | None, monitor: str | None) -> None:
     if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
         raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a str, a path or None.")
     if filename is not None and not isinstance(filename, str):
@@ -550,9 +532,7 @@ def _validate_names(
         raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric name or None.")
 
 
-def _validate_options(
-    save_last: Any, save_top_k: int, mode: str, save_on_train_epoch_end: bool | None
-) -> None:
+def _validate_options(save_last: Any, save_top_k: int, mode: str, save_on_train_epoch_end: bool | None) -> None:
     if not (save_last is None or isinstance(save_last, bool) or save_last == "link"):
         raise MisconfigurationException(
             f"ModelCheckpoint(save_last={save_last!r}) is not supported; use None, True, False or 'link'."
@@ -563,8 +543,7 @@ def _validate_options(
         raise MisconfigurationException(f"`mode` can be {', '.join(_MODES)} but got {mode!r}")
     if save_on_train_epoch_end is not None and not isinstance(save_on_train_epoch_end, bool):
         raise TypeError(
-            f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be True, False or"
-            " None."
+            f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be True, False or None."
         )
 
 
@@ -573,18 +552,13 @@ def _validate_triggers(
 ) -> None:
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise MisconfigurationException(
-                f"Invalid value for {name}={value!r}. Must be None or an int >= 0"
-            )
+            raise MisconfigurationException(f"Invalid value for {name}={value!r}. Must be None or an int >= 0")
     if train_time_interval is not None and not isinstance(train_time_interval, timedelta):
         raise TypeError(
-            f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta or"
-            " None."
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta or None."
         )
     if train_time_interval is not None and train_time_interval < timedelta(0):
-        raise MisconfigurationException(
-            f"Invalid value for train_time_interval={train_time_interval}. Must be >= 0"
-        )
+        raise MisconfigurationException(f"Invalid value for train_time_interval={train_time_interval}. Must be >= 0")
     active = [
         name
         for name, on in (
@@ -596,6 +570,5 @@ def _validate_triggers(
     ]
     if len(active) > 1:
         raise MisconfigurationException(
-            f"Combination of parameters {', '.join(active)} should be mutually exclusive; set only one of"
-            " them."
+            f"Combination of parameters {', '.join(active)} should be mutually exclusive; set only one of them."
         )

@@ -137,9 +137,7 @@ class TQDMProgressBar(ProgressBar):
         if self.is_enabled:
             self._train_bar = self._new_bar(description, 2 * self._process_position, self._leave, total)
 
-    def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self._train_bar
         if bar is None:
             return

@@ -123,9 +123,7 @@ class Timer(Callback):
         if self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._interval == "step" and self._duration is not None:
             self._check_time_remaining(trainer)
 

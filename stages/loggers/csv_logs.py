@@ -89,8 +89,7 @@ class CSVWriter:
         self._pending: list[dict[str, float | int]] = []
         if os.path.isfile(self.metrics_file):
             warnings.warn(
-                f"{self.metrics_file} already exists; "
-                "it will be replaced when this run first saves its metrics",
+                f"{self.metrics_file} already exists; it will be replaced when this run first saves its metrics",
                 stacklevel=3,
             )
         os.makedirs(log_dir, exist_ok=True)

@@ -79,8 +79,7 @@ def hparams_as_mapping(params: Mapping[str, Any] | argparse.Namespace) -> Mappin
         return vars(params)
     if not isinstance(params, Mapping):
         raise ValueError(
-            f"hyperparameters must be a dict or an argparse.Namespace, got {type(params).__name__}: "
-            f"{params!r}"
+            f"hyperparameters must be a dict or an argparse.Namespace, got {type(params).__name__}: {params!r}"
         )
     return params
 
@@ -105,8 +104,7 @@ def to_float(key: str, value: Any) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(
-                f"metric {key!r} is a tensor of shape {tuple(value.shape)}; "
-                "only one-element tensors can be logged"
+                f"metric {key!r} is a tensor of shape {tuple(value.shape)}; only one-element tensors can be logged"
             )
         return float(value.item())
     if isinstance(value, numbers.Real):
@@ -115,9 +113,7 @@ def to_float(key: str, value: Any) -> float:
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "size", None) == 1 and isinstance(item(), numbers.Real):
         return float(item())
-    raise ValueError(
-        f"metric {key!r} has value {value!r}; only numbers and one-element tensors can be logged"
-    )
+    raise ValueError(f"metric {key!r} has value {value!r}; only numbers and one-element tensors can be logged")
 
 
 def metrics_to_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
