@@ -124,3 +124,16 @@ def test_configure_callbacks_replaces_callbacks_of_a_parent_class(tmp_path: Any)
     trainer = quiet_trainer(tmp_path, enable_checkpointing=True, callbacks=[original], limit_train_batches=1)
     trainer.fit(WithCallbacks(), make_loader())
     assert [type(c).__name__ for c in trainer.checkpoint_callbacks] == ["Tuned"]
+
+
+def test_early_stopping_ends_fit_when_the_metric_stops_improving(tmp_path: Any) -> None:
+    class Worsening(TinyModel):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("val_loss", float(self.current_epoch))  # gets worse every epoch
+
+    stopper = L.EarlyStopping(monitor="val_loss", patience=2)
+    trainer = quiet_trainer(tmp_path, callbacks=[stopper], max_epochs=20, limit_train_batches=2, limit_val_batches=1)
+    trainer.fit(Worsening(), make_loader(), make_loader())
+    assert trainer.current_epoch == 3  # best at epoch 0, two epochs without improvement, then stop
+    assert stopper.stopped_epoch == 2 and trainer.should_stop
+    assert [r.trigger for r in trainer.history][-1] == "stop"
