@@ -6,6 +6,7 @@ The running epoch is a generator: it yields `val_check` in a batch's post-batch 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -127,6 +128,10 @@ class FitLoop:
             self.num_training_batches = 0
             self._train_loader = ()
             return
+        if "dataloader_iter" in inspect.signature(trainer.lightning_module.training_step).parameters:
+            raise MisconfigurationException(
+                "training_step(self, dataloader_iter) is not supported yet; take (batch, batch_idx) instead"
+            )
         loader = data.train_loader(data.request(trainer, "train"))
         self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
