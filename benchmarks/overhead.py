@@ -132,7 +132,7 @@ def profile_trainer(data: PrebuiltBatches | DataLoader, root: str, steps: int, t
     stats = pstats.Stats(profiler)
     lines = [f"cProfile of one trainer run ({steps} steps), top {top} by tottime; per batch = tottime / {steps}:"]
     lines.append(f"{'tottime s':>10} {'us/batch':>9} {'cum us/b':>9} {'calls':>8}  function")
-    entries = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
+    entries = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:top]
     for (filename, line, name), (_, calls, tottime, cumtime, _) in entries:
         where = _short(filename)
         per_batch, cumulative = tottime / steps * 1e6, cumtime / steps * 1e6
