@@ -83,6 +83,7 @@ def main() -> None:
     L.seed_everything(0)
     trainer = L.Trainer(
         max_epochs=args.epochs,
+        log_every_n_steps=10,
         default_root_dir=args.root,
         callbacks=[L.ModelCheckpoint(monitor="val_acc", mode="max")],
     )
