@@ -163,6 +163,11 @@ def finalize_loggers_success(trainer: Trainer) -> None:
 # ---- interrupt ------------------------------------------------------------------------------------------
 
 
+def ignore_sigint(trainer: Trainer) -> None:
+    """Shutting down after a failure: further Ctrl-C presses are ignored until teardown restores the handler."""
+    trainer._signals.ignore_sigint()
+
+
 def call_on_exception_hooks(trainer: Trainer) -> None:
     exception = trainer._run.exception
     trainer._hooks.callbacks("on_exception", exception)
@@ -207,6 +212,7 @@ ACTIONS: dict[str, Callable[[Trainer], None]] = {
         call_on_fit_end,
         call_teardown_hooks,
         finalize_loggers_success,
+        ignore_sigint,
         call_on_exception_hooks,
         strategy_on_exception,
         finalize_loggers_failed,

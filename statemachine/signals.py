@@ -12,12 +12,15 @@ _log = logging.getLogger(__name__)
 
 
 class SignalConnector:
-    """Installs the SIGTERM handler for one run and restores the previous one at teardown."""
+    """Installs the SIGTERM handler for one run, ignores SIGINT while a run shuts down after a failure, and
+    restores the previous handlers at teardown."""
 
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self._previous: Any = None
         self._installed = False
+        self._previous_sigint: Any = None
+        self._ignoring_sigint = False
 
     def register(self) -> None:
         self.trainer.received_sigterm = False
@@ -33,7 +36,18 @@ class SignalConnector:
         if callable(self._previous):
             self._previous(signum, frame)
 
+    def ignore_sigint(self) -> None:
+        """A second Ctrl-C must not cut the shutdown short (reference 2.3 and 9.1)."""
+        if threading.current_thread() is not threading.main_thread() or self._ignoring_sigint:
+            return
+        self._previous_sigint = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._ignoring_sigint = True
+
     def restore(self) -> None:
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous)
             self._installed = False
+        if self._ignoring_sigint:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._ignoring_sigint = False

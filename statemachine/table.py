@@ -202,6 +202,7 @@ _ENTRY = {
     "predict": ("predicting", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
 }
 _INTERRUPT_CHAIN = (
+    "ignore_sigint",
     "call_on_exception_hooks",
     "strategy_on_exception",
     "finalize_loggers_failed",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import pytest
@@ -254,3 +255,18 @@ def test_history_cli_shows_the_run(tmp_path: Any, capsys: Any) -> None:
     assert main(["show", trainer.history_dump_path]) in (0, None)
     shown = capsys.readouterr().out
     assert "interrupt" in shown and "Boom" in shown and "fitting.training" in shown
+
+
+def test_sigint_is_ignored_during_the_shutdown_and_restored_after(tmp_path: Any) -> None:
+    seen: list[Any] = []
+
+    class Watcher(L.Callback):
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    before = signal.getsignal(signal.SIGINT)
+    trainer = quiet_trainer(tmp_path, callbacks=[Watcher()], limit_train_batches=1)
+    with pytest.raises(Boom):
+        trainer.fit(TinyModel(fail_in="training_step"), make_loader())
+    assert seen == [signal.SIG_IGN]
+    assert signal.getsignal(signal.SIGINT) is before
