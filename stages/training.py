@@ -117,6 +117,7 @@ class FitLoop:
         self._train_loader = None
         self._restored_rng = None
         self.train_started = False
+        self.resuming_in_validation = False
 
     # ---- start ------------------------------------------------------------------------------------------
 

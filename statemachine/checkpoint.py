@@ -205,6 +205,9 @@ def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
     loop.zero_grad_progress.load_state_dict(optim["zero_grad"])
     loop.val_progress.load_state_dict(state["epoch_loop.val_loop.batch_progress"])
     loop.batches_that_stepped = state["epoch_loop.state_dict"]["_batches_that_stepped"]
+    val = loop.val_progress.current
+    # Saved from inside an in-fit validation batch: the run resumes without a sanity check (reference 3.4).
+    loop.resuming_in_validation = val.processed == val.started - 1
     epoch, batch = loop.epoch_progress, loop.batch_progress
     if batch.current.completed == batch.current.processed - 1:
         batch.increment_completed()  # saved from on_train_batch_end: that batch is done

@@ -175,3 +175,21 @@ def test_sigterm_raises_exit_143_after_the_batch_and_runs_on_exception(tmp_path:
     assert trainer.global_step == 2  # the batch that got the signal finished its step
     assert load_checkpoint(str(tmp_path / "on-sigterm.ckpt"))["global_step"] == 2
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_a_checkpoint_saved_inside_validation_resumes_without_sanity_check(tmp_path: Any) -> None:
+    class SavesInValidation(TinyModel):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            super().validation_step(batch, batch_idx)
+            if not self.trainer.sanity_checking and batch_idx == 0:
+                self.trainer.save_checkpoint(tmp_path / "in-validation.ckpt")
+
+    trainer = quiet_trainer(tmp_path, limit_train_batches=2, limit_val_batches=2)
+    trainer.fit(SavesInValidation(), make_loader(), make_loader())
+    resumed = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=2, limit_val_batches=2)
+    resumed.fit(TinyModel(), make_loader(), make_loader(), ckpt_path=tmp_path / "in-validation.ckpt")
+    assert [r.trigger for r in resumed.history][:2] == ["fit", "begin"]
+    assert resumed.history[1].dest == "fitting.training"  # the sanity check was skipped
+    fresh = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=2, limit_val_batches=2)
+    fresh.fit(TinyModel(), make_loader(), make_loader())
+    assert fresh.history[1].dest == "fitting.sanity_checking"
