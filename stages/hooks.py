@@ -47,12 +47,14 @@ class HookRunner:
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self._overriding: dict[str, list[Callback]] = {}
-        self._module_overrides: dict[str, bool] = {}
+        self._module_overrides: dict[str | tuple[str, ...], bool] = {}
+        self._module: Any = None
 
     def reset(self) -> None:
         """Forget the override caches: the callback list or the module changed."""
         self._overriding = {}
         self._module_overrides = {}
+        self._module = self.trainer.lightning_module
 
     def _module_overrides_hook(self, name: str, module: Any) -> bool:
         found = self._module_overrides.get(name)
@@ -82,7 +84,7 @@ class HookRunner:
 
     def _call_callbacks(self, name: str, callbacks: list[Callback], args: tuple, kwargs: dict[str, Any]) -> None:
         trainer = self.trainer
-        module = trainer.lightning_module
+        module = self._module
         # Written through __dict__: nn.Module.__setattr__ costs microseconds, and hooks run many times a batch.
         state = module.__dict__
         previous = state["_current_fx_name"]
@@ -94,7 +96,7 @@ class HookRunner:
             state["_current_fx_name"] = previous
 
     def module(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        module = self.trainer.lightning_module
+        module = self._module
         overridden = self._module_overrides.get(name)
         if overridden is None:
             overridden = self._module_overrides_hook(name, module)
@@ -111,7 +113,15 @@ class HookRunner:
             state["_current_fx_name"] = previous
 
     def module_overrides(self, name: str) -> bool:
-        return self._module_overrides_hook(name, self.trainer.lightning_module)
+        return self._module_overrides_hook(name, self._module)
+
+    def module_overrides_any(self, names: tuple[str, ...]) -> bool:
+        """Whether the module overrides any of `names`, cached under the tuple itself."""
+        found = self._module_overrides.get(names)
+        if found is None:
+            found = any(self._module_overrides_hook(name, self._module) for name in names)
+            self._module_overrides[names] = found
+        return found
 
     def module_if_overridden(self, name: str, *args: Any) -> Any:
         module = self.trainer.lightning_module

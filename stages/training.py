@@ -59,6 +59,7 @@ class FitLoop:
         self.epoch_start_rng: dict[str, Any] | None = None  # before this epoch's loader iterator was created
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
         self.stepped_this_batch = False
+        self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
         self._epoch: Iterator[str] | None = None
@@ -81,8 +82,7 @@ class FitLoop:
         return self.optimizer_step_progress.total.completed
 
     def on_optimizer_stepped(self) -> None:
-        manual = not self.trainer.lightning_module.automatic_optimization
-        progress = self.manual_step_progress if manual else self.optimizer_step_progress
+        progress = self.optimizer_step_progress if self.automatic else self.manual_step_progress
         progress.increment_ready()
         progress.increment_completed()
         self.stepped_this_batch = True
@@ -178,6 +178,7 @@ class FitLoop:
         if self.epoch_validates_at(self.current_epoch) and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
         self.train_started = True
+        self.automatic = trainer.lightning_module.automatic_optimization
         trainer._hooks.callbacks("on_train_start")
         trainer._hooks.module("on_train_start")
 
@@ -195,6 +196,7 @@ class FitLoop:
         replay_from = self.epoch_start_rng if self.resume_mid_epoch and saved is not None else None
         if saved is not None and replay_from is None:
             rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
+        self.automatic = trainer.lightning_module.automatic_optimization
         if not self.resume_mid_epoch and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -242,7 +244,7 @@ class FitLoop:
             return False
         self.batch_progress.increment_started()
         self.stepped_this_batch = False
-        if trainer.lightning_module.automatic_optimization:
+        if self.automatic:
             outputs = self._automatic_step(batch, batch_idx, is_last)
         else:
             outputs = self._manual_step(batch, batch_idx)
@@ -265,6 +267,7 @@ class FitLoop:
         wrapped = trainer._optimization.lightning_optimizers
         optimizer = wrapped[0].optimizer if wrapped else None
         zero_grad_now = batch_idx % k == 0
+        epoch = self.current_epoch
         captured: dict[str, Any] = {}
 
         forward_context = trainer.strategy.precision.forward_context
@@ -278,7 +281,7 @@ class FitLoop:
                 hooks.callbacks("on_before_zero_grad", optimizer)
                 hooks.module("on_before_zero_grad", optimizer)
                 self.zero_grad_progress.increment_started()
-                hooks.module("optimizer_zero_grad", trainer.current_epoch, batch_idx, optimizer)
+                hooks.module("optimizer_zero_grad", epoch, batch_idx, optimizer)
                 self.zero_grad_progress.increment_completed()
             if loss is not None:
                 loss = loss / k if k > 1 else loss
@@ -288,7 +291,7 @@ class FitLoop:
 
         steps = (batch_idx + 1) % k == 0 or is_last
         if steps and optimizer is not None:
-            hooks.module("optimizer_step", trainer.current_epoch, batch_idx, wrapped[0], closure)
+            hooks.module("optimizer_step", epoch, batch_idx, wrapped[0], closure)
         else:
             closure()
         return _outputs(captured["output"], captured["loss"])
@@ -306,16 +309,16 @@ class FitLoop:
     def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:
         """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch (reference 3.5)."""
         trainer = self.trainer
-        if not trainer.lightning_module.automatic_optimization or not self.stepped_this_batch:
-            return
         optimization = trainer._optimization
+        if not self.automatic or not self.stepped_this_batch or not optimization.lr_scheduler_configs:
+            return
         optimization.step_schedulers("step", batch_idx + 1, plateau=False)
         if is_last or batch_idx + 1 == self.num_training_batches:
             optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
 
     def _post_batch(self) -> None:
         trainer = self.trainer
-        if trainer.lightning_module.automatic_optimization and self.stepped_this_batch:
+        if self.automatic and self.stepped_this_batch and trainer._optimization.lr_scheduler_configs:
             trainer._optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
         if self.stepped_this_batch:
             self.batches_that_stepped += 1
@@ -355,7 +358,7 @@ class FitLoop:
         hooks.callbacks_where("on_train_epoch_end", True)
         # The logging step already moved past the epoch's last batch; its epoch values belong to that batch.
         trainer._metrics.epoch_end("train", self.batches_that_stepped - 1, bool(trainer.loggers))
-        if trainer.lightning_module.automatic_optimization and self._all_batches_ran():
+        if self.automatic and self._all_batches_ran():
             trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()
         if trainer.received_sigterm:
