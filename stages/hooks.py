@@ -10,7 +10,7 @@ from typing import Any
 
 from stages.callbacks.callback import Callback, Checkpoint
 from stages.callbacks.early_stopping import EarlyStopping
-from stages.module import LightningModule
+from stages.module import NO_OP_HOOKS, LightningModule
 
 
 def is_overridden(name: str, instance: object, parent: type) -> bool:
@@ -22,25 +22,6 @@ def is_overridden(name: str, instance: object, parent: type) -> bool:
 def is_monitoring(callback: Callback) -> bool:
     """Monitoring callbacks run after the module in `on_train_epoch_end` (reference 5.8)."""
     return isinstance(callback, Checkpoint | EarlyStopping)
-
-
-# LightningModule hooks whose default does nothing: when the module does not override one, calling it is skipped.
-_NO_OP_MODULE_HOOKS = frozenset(
-    {
-        "on_train_batch_start",
-        "on_train_batch_end",
-        "on_before_zero_grad",
-        "on_before_backward",
-        "on_after_backward",
-        "on_before_optimizer_step",
-        "on_validation_batch_start",
-        "on_validation_batch_end",
-        "on_test_batch_start",
-        "on_test_batch_end",
-        "on_predict_batch_start",
-        "on_predict_batch_end",
-    }
-)
 
 
 class HookRunner:
@@ -103,7 +84,7 @@ class HookRunner:
         if not overridden:
             # Lightning's own defaults never call self.log, so they need no hook-name bookkeeping, and the
             # ones that do nothing are not called at all: this runs about fifteen times a batch.
-            return None if name in _NO_OP_MODULE_HOOKS else getattr(module, name)(*args, **kwargs)
+            return None if name in NO_OP_HOOKS else getattr(module, name)(*args, **kwargs)
         state = module.__dict__
         previous = state["_current_fx_name"]
         state["_current_fx_name"] = name
@@ -122,12 +103,6 @@ class HookRunner:
             found = any(self._module_overrides_hook(name, self._module) for name in names)
             self._module_overrides[names] = found
         return found
-
-    def module_if_overridden(self, name: str, *args: Any) -> Any:
-        module = self.trainer.lightning_module
-        if is_overridden(name, module, LightningModule):
-            return self.module(name, *args)
-        return None
 
     def datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:
         datamodule = self.trainer.datamodule

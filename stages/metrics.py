@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -164,17 +164,11 @@ class _Entry:
         return self.total / self.weight if self.reduction == "mean" else self.total
 
 
-@dataclass
-class _Bucket:
-    """What one stage (train, val or test) logged since its last reset."""
-
-    entries: dict[str, _Entry] = field(default_factory=dict)
-
-
 class MetricsCollector:
     def __init__(self, trainer: Any):
         self.trainer = trainer
-        self._buckets = {"train": _Bucket(), "val": _Bucket(), "test": _Bucket()}
+        # What each stage logged since its last reset, by name.
+        self._buckets: dict[str, dict[str, _Entry]] = {"train": {}, "val": {}, "test": {}}
         self._callback: dict[str, Tensor] = {}
         self._logged: dict[str, Tensor] = {}
         self._progress: dict[str, float] = {}
@@ -192,7 +186,7 @@ class MetricsCollector:
         live = dict(self._callback)
         bucket = self._current_bucket()
         if bucket is not None:
-            for name, entry in bucket.entries.items():
+            for name, entry in bucket.items():
                 value = entry.epoch_value()
                 if entry.on_epoch and value is not None:
                     live[name] = value
@@ -231,12 +225,12 @@ class MetricsCollector:
         tensor = _metric_step_value(value) if metric is not None else _as_tensor(name, value, enable_graph)
         if add_dataloader_idx and self.num_dataloaders > 1 and fx not in _STEP_HOOKS:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
-        entry = bucket.entries.get(name)
+        entry = bucket.get(name)
         if entry is None:
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
             if self.num_dataloaders > 1 and fx in _EVAL_BATCH_HOOKS:
                 entry.dataloader_idx = self.dataloader_idx
-            bucket.entries[name] = entry
+            bucket[name] = entry
         if step and tensor is not None:
             entry.step_value = tensor
         if epoch and metric is None:
@@ -248,7 +242,7 @@ class MetricsCollector:
             self._batch_size_cache = (id(batch), infer_batch_size(batch))
         return self._batch_size_cache[1]
 
-    def _current_bucket(self) -> _Bucket | None:
+    def _current_bucket(self) -> dict[str, _Entry] | None:
         stage = self.trainer.state.stage
         if stage is None:
             return None
@@ -263,7 +257,7 @@ class MetricsCollector:
         """After a batch: step values become visible; every `log_every_n_steps` they go to the loggers."""
         bucket = self._buckets[bucket_name]
         to_log: dict[str, Tensor] = {}
-        for name, entry in bucket.entries.items():
+        for name, entry in bucket.items():
             if not entry.on_step or entry.step_value is None:
                 continue
             key = f"{name}_step" if entry.on_epoch else name
@@ -284,7 +278,7 @@ class MetricsCollector:
         reduced: dict[str, Tensor] = {}
         self._reduced_loaders = {}
         to_log: dict[str, Tensor] = {}
-        for name, entry in bucket.entries.items():
+        for name, entry in bucket.items():
             value = entry.epoch_value()
             if not entry.on_epoch or value is None:
                 continue
@@ -297,10 +291,10 @@ class MetricsCollector:
                 self._progress[key] = value.item()
             if entry.logger:
                 to_log[key] = value
-        for entry in bucket.entries.values():
+        for entry in bucket.values():
             if entry.metric is not None:
                 entry.metric.reset()
-        bucket.entries.clear()
+        bucket.clear()
         if send_to_loggers and to_log:
             self._send(to_log, step)
         return reduced
@@ -316,11 +310,11 @@ class MetricsCollector:
             logger.log_metrics(scalars, step=step)
 
     def reset_bucket(self, bucket_name: str) -> None:
-        self._buckets[bucket_name].entries.clear()
+        self._buckets[bucket_name].clear()
 
     def reset_all(self) -> None:
         for bucket in self._buckets.values():
-            bucket.entries.clear()
+            bucket.clear()
         self._callback.clear()
         self._progress.clear()
 

@@ -408,6 +408,25 @@ def _before_zero_grad(self: LightningModule, optimizer: Optimizer) -> None:
     """Called before the gradients are zeroed (override it)."""
 
 
+# Hooks whose default does nothing: the hook runner skips them when the module does not override them.
+NO_OP_HOOKS = frozenset(
+    _HOOKS_WITHOUT_BODY
+    + _BATCH_HOOKS
+    + (
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_before_backward",
+        "on_before_optimizer_step",
+        "on_before_zero_grad",
+        "configure_model",
+        "prepare_data",
+        "setup",
+        "teardown",
+        "on_save_checkpoint",
+        "on_load_checkpoint",
+    )
+)
+
 for _name in _HOOKS_WITHOUT_BODY + _BATCH_HOOKS:
     setattr(LightningModule, _name, _no_op)
 LightningModule.on_train_batch_start = _train_batch_start

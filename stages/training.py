@@ -47,7 +47,7 @@ class FitLoop:
         self.batches_that_stepped = 0
         self.total_batch_idx = 0
         self.num_training_batches: int | float = math.inf
-        self.val_check_batch: int | float = math.inf
+        self.val_check_batch: int | float | None = math.inf  # None: validation is scheduled by time
         self.val_check_seconds: float | None = None
         self.last_val_end_time = 0.0
         self.batch_idx = 0
@@ -154,7 +154,7 @@ class FitLoop:
         interval = trainer.val_check_interval
         self.val_check_seconds = trainer.val_check_seconds
         if self.val_check_seconds is not None:
-            self.val_check_batch = math.inf
+            self.val_check_batch = None
         elif isinstance(interval, int):
             too_many = interval > self.num_training_batches
             if too_many and trainer.check_val_every_n_epoch is not None and trainer.limit_val_batches != 0:

@@ -49,7 +49,7 @@ def call_setup_hooks(trainer: Trainer) -> None:
 
 
 def configure_model(trainer: Trainer) -> None:
-    trainer._hooks.module_if_overridden("configure_model")
+    trainer._hooks.module("configure_model")  # a no-op unless the module overrides it
 
 
 def restore_weights_and_callbacks(trainer: Trainer) -> None:

@@ -41,13 +41,11 @@ def should_check_val(trainer: Trainer) -> bool:
         return False
     is_last = loop.is_last_batch
     val_check_batch = loop.val_check_batch
-    time_based = loop.val_check_seconds is not None
-    # Lightning's val_check_batch is None (not inf) for a time-based interval: no automatic end-of-epoch run
-    if is_last and val_check_batch == float("inf") and not time_based:
+    if is_last and val_check_batch == float("inf"):
         return True
     if trainer.should_stop and minimums_met(trainer):
         return True
-    if time_based:
+    if val_check_batch is None:  # time-based: there is no automatic end-of-epoch run
         return time.monotonic() - loop.last_val_end_time >= loop.val_check_seconds
     if isinstance(trainer.limit_train_batches, int) and val_check_batch == float("inf"):
         return (loop.batch_idx + 1) % trainer.limit_train_batches == 0

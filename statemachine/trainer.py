@@ -554,8 +554,7 @@ class Trainer:
     @property
     def val_check_batch(self) -> int | float | None:
         """Validate every this many training batches; None when validation is scheduled by time."""
-        loop = self.fit_loop
-        return None if loop.val_check_seconds is not None else loop.val_check_batch
+        return self.fit_loop.val_check_batch
 
     @property
     def estimated_stepping_batches(self) -> int | float:
