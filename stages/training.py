@@ -1,7 +1,9 @@
-"""The `fitting.training` handler: the fit loop's epochs and batches (reference 3.1, 3.2, 3.5).
+"""The `fitting.train_setup` and `fitting.training` handlers: the fit loop's data, epochs and batches.
 
-The running epoch is a generator: it yields `val_check` in a batch's post-batch phase, the machine moves to
-`fitting.validating`, and when control comes back the same generator carries on from that batch.
+The handlers report what happened (`train_ready`, `epoch_boundary`); the table's guards decide where fit goes.
+The running epoch is a generator: after each batch it polls the table's `val_check` candidates; when one
+passes, the machine has moved to `fitting.validating`, the generator pauses, and when control comes back it
+carries on from that batch.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from torch import Tensor
 from stages import data, rng
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import is_overridden
+from stages.loop_rules import epoch_should_end, epoch_training_done
 from stages.module import LightningModule
 from stages.progress import BatchProgress, Progress, step_progress, zero_grad_progress
+from stages.resume import CONTINUES_EPOCH, ResumePoint
 
 _log = logging.getLogger(__name__)
 
@@ -53,16 +57,14 @@ class FitLoop:
         self.batch_idx = 0
         self.is_last_batch = False
         self.epoch_validates = False
-        self.train_started = False
-        self.resuming_in_validation = False
-        self.resume_mid_epoch = False
+        self.resume_point = ResumePoint.FRESH  # where the restored checkpoint left this fit; set by the fit edge
         self.epoch_start_rng: dict[str, Any] | None = None  # before this epoch's loader iterator was created
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
-        self._epoch: Iterator[str] | None = None
+        self._training: Iterator[str | None] | None = None
 
     @property
     def train_loader(self) -> Any:
@@ -87,37 +89,27 @@ class FitLoop:
         progress.increment_completed()
         self.stepped_this_batch = True
 
-    # ---- the handler ------------------------------------------------------------------------------------
+    # ---- the handlers -----------------------------------------------------------------------------------
 
-    def run(self) -> str:
-        """Drive training until the machine must change state; return that event."""
-        trainer = self.trainer
-        fit_done = trainer._guards["fit_done"]
-        if not self.train_started:
-            if self._train_loader is None:  # estimated_stepping_batches may have loaded it already
-                self.load_train_data()
-            self.last_val_end_time = time.monotonic()
-            if fit_done(trainer):
-                return "stop"
-            self._start_training()
-        if self._epoch is None:
-            if fit_done(trainer):
-                return "stop"
-            self._epoch = self._run_epoch()
-        with torch.autograd.set_detect_anomaly(trainer.detect_anomaly):
-            event = next(self._epoch, None)
-        if event is not None:
-            return event
-        self._epoch = None
-        return "stop" if fit_done(trainer) else "epoch_end"
+    def setup_data(self) -> str:
+        """`fitting.train_setup`: load the training data (unless already loaded) and start the validation clock."""
+        if self._train_loader is None:  # estimated_stepping_batches may have loaded it already
+            self.load_train_data()
+        self.last_val_end_time = time.monotonic()
+        return "train_ready"
+
+    def run(self) -> str | None:
+        """`fitting.training`: carry on with training. None: a poll moved the machine to validation."""
+        assert self._training is not None, "start_training runs on the edge into fitting.training"
+        with torch.autograd.set_detect_anomaly(self.trainer.detect_anomaly):
+            return next(self._training)
 
     def teardown(self) -> None:
-        """Drop the epoch in flight and the loaders: nothing of this run may leak into the next."""
-        self._epoch = None
+        """Drop the training in flight and the loaders: nothing of this run may leak into the next."""
+        self._training = None
         self._train_loader = None
         self._restored_rng = None
-        self.train_started = False
-        self.resuming_in_validation = False
+        self.resume_point = ResumePoint.FRESH
 
     # ---- start ------------------------------------------------------------------------------------------
 
@@ -173,14 +165,25 @@ class FitLoop:
         else:
             self.val_check_batch = max(1, int(self.num_training_batches * interval))
 
-    def _start_training(self) -> None:
+    def start_training(self) -> None:
+        """`on_train_start`; the first epoch continues the saved one when the resume point says so."""
         trainer = self.trainer
         if self.epoch_validates_at(self.current_epoch) and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
-        self.train_started = True
         self.automatic = trainer.lightning_module.automatic_optimization
         trainer._hooks.callbacks("on_train_start")
         trainer._hooks.module("on_train_start")
+        self._training = self._run_training()
+
+    def _run_training(self) -> Iterator[str | None]:
+        """Training as one resumable generator: at each epoch boundary it reports `epoch_boundary` and the
+        table decides (stop, or the next epoch); inside an epoch it pauses (None) whenever a poll moved the
+        machine to validation. The first epoch continues the saved one when the resume point says so."""
+        continues = self.resume_point in CONTINUES_EPOCH
+        while True:
+            yield "epoch_boundary"
+            yield from self._run_epoch(continues)
+            continues = False
 
     def epoch_validates_at(self, epoch: int) -> bool:
         trainer = self.trainer
@@ -189,32 +192,33 @@ class FitLoop:
 
     # ---- one epoch --------------------------------------------------------------------------------------
 
-    def _run_epoch(self) -> Iterator[str]:
+    def _run_epoch(self, continues: bool) -> Iterator[None]:
+        """One epoch; `continues`: carry on with the restored epoch at its next batch, without its start hooks."""
         trainer = self.trainer
         hooks = trainer._hooks
+        poll = trainer._flow.poll
         saved, self._restored_rng = self._restored_rng, None
-        replay_from = self.epoch_start_rng if self.resume_mid_epoch and saved is not None else None
+        replay_from = self.epoch_start_rng if continues and saved is not None else None
         if saved is not None and replay_from is None:
             rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
         self.automatic = trainer.lightning_module.automatic_optimization
-        if not self.resume_mid_epoch and self._train_reload_due():
+        if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
         self.epoch_validates = self.epoch_validates_at(self.current_epoch)
         if self.epoch_validates and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
-        if not self.resume_mid_epoch:
+        if not continues:
             self.epoch_progress.increment_ready()
             trainer._metrics.reset_bucket("train")
             hooks.callbacks("on_train_epoch_start")
             hooks.module("on_train_epoch_start")
             self.epoch_progress.increment_started()
             self.batch_progress.reset_current()
-        self.resume_mid_epoch = False
         start = self.batch_progress.current.completed
         positioned = None
         if saved is not None and replay_from is not None:
-            # reference 9.4: replay the epoch's loader up to its position, then continue with the saved draws
+            # Exact resume: replay the epoch's loader up to its position, then continue with the saved draws.
             rng.restore(replay_from)
             positioned = partial(rng.restore, saved)
         else:
@@ -222,10 +226,10 @@ class FitLoop:
         for batch_idx, batch, is_last in data.fetch(self._train_loader, self.num_training_batches, start, positioned):
             if not self._run_batch(batch_idx, batch, is_last):
                 break
-            if self.epoch_validates and trainer._guards["should_check_val"](trainer):
-                yield "val_check"
+            if poll("val_check"):
+                yield None
             self._post_batch()
-            if self._epoch_should_end():
+            if epoch_should_end(trainer):
                 break
         self._end_epoch()
 
@@ -307,7 +311,7 @@ class FitLoop:
         return {}
 
     def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:
-        """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch (reference 3.5)."""
+        """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch."""
         trainer = self.trainer
         optimization = trainer._optimization
         if not self.automatic or not self.stepped_this_batch or not optimization.lr_scheduler_configs:
@@ -326,28 +330,8 @@ class FitLoop:
             for logger in trainer.loggers:
                 logger.save()
         self.total_batch_idx += 1
-        if trainer.received_sigterm and not self._training_done_this_epoch():
+        if trainer.received_sigterm and not epoch_training_done(trainer):
             raise SIGTERMException()
-
-    def _training_done_this_epoch(self) -> bool:
-        trainer = self.trainer
-        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
-            return True
-        return self.is_last_batch or self.batch_progress.current.ready == self.num_training_batches
-
-    def _epoch_should_end(self) -> bool:
-        trainer = self.trainer
-        if self._training_done_this_epoch():
-            return True
-        if trainer.should_stop:
-            if trainer._minimums_met():
-                return True
-            _log.info(
-                "should_stop was set, but training continues until min_epochs=%s and min_steps=%s are met",
-                trainer.min_epochs,
-                trainer.min_steps,
-            )
-        return False
 
     def _end_epoch(self) -> None:
         trainer = self.trainer
@@ -367,10 +351,10 @@ class FitLoop:
     def _all_batches_ran(self) -> bool:
         return self.batch_progress.current.completed == self.num_training_batches or self.is_last_batch
 
-    # ---- checkpoint state (reference 7.2, 9.4) ----------------------------------------------------------
+    # ---- checkpoint state ----------------------------------------------------------
 
     def resume_state(self) -> dict[str, Any]:
-        """Beyond Lightning's keys (reference 9.4): the RNG states now and at the epoch's start."""
+        """Beyond Lightning's keys, for an exact resume: the RNG states now and at the epoch's start."""
         return {"rng": rng.capture(), "epoch_start_rng": self.epoch_start_rng}
 
     def load_resume_state(self, state: dict[str, Any] | None) -> None:
@@ -424,5 +408,9 @@ def _outputs(output: Any, loss: Tensor | None) -> dict[str, Any]:
     return {"loss": loss.detach(), **extra}
 
 
-def run_training(trainer: Any) -> str:
+def run_train_setup(trainer: Any) -> str:
+    return trainer.fit_loop.setup_data()
+
+
+def run_training(trainer: Any) -> str | None:
     return trainer.fit_loop.run()

@@ -1,14 +1,15 @@
 """Transition callbacks: the setup, restore, teardown and interrupt logic, one small named function each.
 
-Each takes the trainer. Their names are what the table, the diagram and the history show.
+Each takes the trainer. Their names are what the table, the diagram and the history show. A callback may
+return a short note (a string), which its history record keeps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stages import rng
+from stages.resume import ResumePoint
 from statemachine import checkpoint
 
 if TYPE_CHECKING:
@@ -87,11 +88,15 @@ def log_hyperparams(trainer: Trainer) -> None:
         logger.save()
 
 
-def restore_training_state(trainer: Trainer) -> None:
-    """Restore 2 (reference 2.2 step 9): loop counters, optimizers and schedulers; then free the file."""
+def restore_training_state(trainer: Trainer) -> str:
+    """Restore loop counters, optimizers and schedulers; the note names the resume point for the history."""
     run = trainer._run
-    if run.checkpoint is not None:
+    if run.checkpoint is None:
+        trainer.fit_loop.resume_point = ResumePoint.FRESH
+    else:
         checkpoint.restore_training_state(trainer, run.checkpoint, run.ckpt_path)
+    loop = trainer.fit_loop
+    return f"resume point: {loop.resume_point} (epoch {trainer.current_epoch}, global step {trainer.global_step})"
 
 
 def release_checkpoint(trainer: Trainer) -> None:
@@ -125,12 +130,15 @@ def reset_sanity_results(trainer: Trainer) -> None:
 # ---- normal end -----------------------------------------------------------------------------------------
 
 
+def start_training(trainer: Trainer) -> None:
+    """`on_train_start`, once the training data is ready and fit is not already done."""
+    trainer.fit_loop.start_training()
+
+
 def end_training(trainer: Trainer) -> None:
-    """`on_train_end`, only when training actually started (reference 3.1 step 2)."""
-    if trainer.fit_loop.train_started:
-        trainer.fit_loop.train_started = False
-        trainer._hooks.callbacks("on_train_end")
-        trainer._hooks.module("on_train_end")
+    """`on_train_end`: only on the edge that leaves a training that started."""
+    trainer._hooks.callbacks("on_train_end")
+    trainer._hooks.module("on_train_end")
 
 
 def teardown_internals(trainer: Trainer) -> None:
@@ -184,38 +192,6 @@ def finalize_loggers_failed(trainer: Trainer) -> None:
 
 
 def dump_history(trainer: Trainer) -> None:
-    """Post-mortem: every interrupt leaves the run's path on disk, next to its logs."""
-    trainer._dump_interrupt_history()
-
-
-ACTIONS: dict[str, Callable[[Trainer], None]] = {
-    fn.__name__: fn
-    for fn in (
-        connect_model,
-        configure_callbacks,
-        prepare_data,
-        call_setup_hooks,
-        configure_model,
-        restore_weights_and_callbacks,
-        setup_strategy,
-        configure_optimizers,
-        call_on_fit_start,
-        log_hyperparams,
-        restore_training_state,
-        release_checkpoint,
-        register_signal_handlers,
-        save_rng_state,
-        restore_rng_state,
-        reset_sanity_results,
-        end_training,
-        teardown_internals,
-        call_on_fit_end,
-        call_teardown_hooks,
-        finalize_loggers_success,
-        ignore_sigint,
-        call_on_exception_hooks,
-        strategy_on_exception,
-        finalize_loggers_failed,
-        dump_history,
-    )
-}
+    """Post-mortem: every interrupt leaves the run's path on disk, next to its logs. Written once the interrupt
+    edge is complete, so the dump ends in `interrupted`."""
+    trainer._flow.defer(trainer._dump_interrupt_history)

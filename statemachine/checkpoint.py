@@ -12,14 +12,17 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 
 from devices.checkpoint_io import CorruptCheckpointError
+from stages import resume
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.exceptions import MisconfigurationException
+from stages.loop_rules import max_steps_reached
+from stages.resume import ResumePoint
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
 LIGHTNING_VERSION = "2.6.5"
-RESUME_KEY = "statemachine_resume"  # reference 9.4: RNG states for an exact resume, beyond Lightning's keys
+RESUME_KEY = "statemachine_resume"  # RNG states and loader position for an exact resume, beyond Lightning's keys
 _LAST = re.compile(r"last(-v?\d+)?\.ckpt$")
 
 
@@ -174,8 +177,8 @@ def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], pa
         warnings.warn(f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", stacklevel=2)
 
 
-def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
-    """Restore 2 (reference 2.2 step 9): precision, the fit loop's counters and RNG states, optimizers, schedulers."""
+def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> ResumePoint:
+    """Restore 2: precision, the fit loop's counters and RNG states, optimizers, schedulers; name the resume point."""
     if "optimizer_states" not in checkpoint:
         raise KeyError(
             f"{path} has no optimizer states (saved with save_weights_only=True?): it can load weights for "
@@ -183,7 +186,7 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
         )
     precision = trainer.strategy.precision
     precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
-    _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
+    point = _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
     trainer.fit_loop.load_resume_state(checkpoint.get(RESUME_KEY))
     if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:
         raise MisconfigurationException(
@@ -191,10 +194,11 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
             "to continue training"
         )
     trainer._optimization.load_state_dicts(checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
+    return point
 
 
-def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
-    """Load the counters, then classify where the save happened (reference 7.2) so the run continues there."""
+def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> ResumePoint:
+    """Load the counters, name where the save happened, and settle the counters for that point."""
     loop = trainer.fit_loop
     loop.epoch_progress.load_state_dict(state["epoch_progress"])
     loop.batch_progress.load_state_dict(state["epoch_loop.batch_progress"])
@@ -205,24 +209,10 @@ def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
     loop.zero_grad_progress.load_state_dict(optim["zero_grad"])
     loop.val_progress.load_state_dict(state["epoch_loop.val_loop.batch_progress"])
     loop.batches_that_stepped = state["epoch_loop.state_dict"]["_batches_that_stepped"]
-    val = loop.val_progress.current
-    # Saved from inside an in-fit validation batch: the run resumes without a sanity check (reference 3.4).
-    loop.resuming_in_validation = val.processed == val.started - 1
-    epoch, batch = loop.epoch_progress, loop.batch_progress
-    if batch.current.completed == batch.current.processed - 1:
-        batch.increment_completed()  # saved from on_train_batch_end: that batch is done
-    counts = epoch.current
-    inside_epoch = counts.processed == counts.started - 1
-    at_epoch_end = counts.ready == counts.started == counts.processed and counts.completed == counts.processed - 1
-    restart = inside_epoch or trainer.max_steps != -1
-    if restart and (inside_epoch or at_epoch_end) and not batch.is_last_batch:
-        if at_epoch_end:
-            counts.processed -= 1
-            epoch.total.processed -= 1
-        loop.resume_mid_epoch = True  # continue with the next batch, without on_train_epoch_start
-        return
-    if inside_epoch:
-        epoch.increment_processed()  # the save came from the epoch's last batch: that epoch is over
-    if counts.completed == counts.processed - 1:
-        epoch.increment_completed()
-    batch.reset_current()
+    point = resume.classify(loop.epoch_progress, loop.batch_progress, loop.val_progress, trainer.max_steps)
+    resume.settle(point, loop.epoch_progress, loop.batch_progress)
+    at_limit = max_steps_reached(trainer) or (trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs)
+    if point is ResumePoint.EPOCH_BOUNDARY and at_limit:
+        point = ResumePoint.FIT_DONE
+    loop.resume_point = point
+    return point

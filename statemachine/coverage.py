@@ -1,8 +1,9 @@
 """Transition coverage: which declared transitions fired, and how each guard decided, across a whole process.
 
-The machine records into the process-wide `COVERAGE`; the pytest plugin (`statemachine.pytest_plugin`) prints
-`COVERAGE.report()` at the end of a session and can fail it under a threshold. Counts from other processes
-(spawned DDP workers, subprocess tests) travel as `export()` dicts and are added back with `merge_counts`.
+Every machine records into the process-wide `COVERAGE` and registers the table it runs, so a user's extended
+table is reported too. The pytest plugin (`statemachine.pytest_plugin`) prints `COVERAGE.report()` at the end
+of a session and can fail it under a threshold. Counts from other processes (spawned DDP workers, subprocess
+tests) travel as `export()` dicts and are added back with `merge_counts`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from statemachine.guards import GUARDS
 from statemachine.table import TABLE, MachineTable
 
 
@@ -18,6 +18,15 @@ class TransitionCoverage:
     def __init__(self) -> None:
         self._transitions: Counter[str] = Counter()
         self._guards: Counter[tuple[str, bool]] = Counter()
+        self._tables: dict[str, MachineTable] = {TABLE.digest: TABLE}
+
+    def register(self, table: MachineTable) -> None:
+        self._tables.setdefault(table.digest, table)
+
+    @property
+    def tables(self) -> list[MachineTable]:
+        """The built-in table, then every other table a machine ran in this process."""
+        return list(self._tables.values())
 
     def record_transition(self, key: str) -> None:
         self._transitions[key] += 1
@@ -44,20 +53,28 @@ class TransitionCoverage:
         fired = sum(1 for key in declared if self._transitions[key])
         return fired / len(declared) * 100
 
+    def branch_percent(self, table: MachineTable = TABLE) -> float:
+        """Guard outcomes seen (True and False for each guard) as a percentage of all of them."""
+        counts = [count for guard in table.guards for count in self.guard_counts(guard.name)]
+        return 100.0 if not counts else sum(1 for count in counts if count) / len(counts) * 100
+
     def report(self, table: MachineTable = TABLE) -> str:
         declared = [t.key for t in table.transitions]
         width = max((len(key) for key in declared), default=0)
-        lines = ["transitions (hits):"]
+        lines = [f"table {table.name!r} ({table.digest})", "transitions (hits):"]
         for key in declared:
             hits = self._transitions[key]
             lines.append(f"  {key.ljust(width)}  {hits:>6}" + ("  <- never fired" if hits == 0 else ""))
         lines.append("guards (true/false):")
-        guard_width = max((len(name) for name in GUARDS), default=0)
-        for name in GUARDS:
-            true, false = self.guard_counts(name)
-            lines.append(f"  {name.ljust(guard_width)}  T {true:>6}  F {false:>6}")
+        guard_width = max((len(guard.name) for guard in table.guards), default=0)
+        for guard in table.guards:
+            true, false = self.guard_counts(guard.name)
+            missing = [label for label, count in (("True", true), ("False", false)) if count == 0]
+            note = f"  <- never {' nor '.join(missing)}" if missing else ""
+            lines.append(f"  {guard.name.ljust(guard_width)}  T {true:>6}  F {false:>6}{note}")
         fired = sum(1 for key in declared if self._transitions[key])
         lines.append(f"transition coverage: {fired}/{len(declared)} ({self.percent(table):.1f}%)")
+        lines.append(f"guard branch coverage: {self.branch_percent(table):.1f}%")
         return "\n".join(lines)
 
     def export(self) -> dict:

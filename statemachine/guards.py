@@ -1,41 +1,54 @@
-"""Guards: pure, cheap predicates over the trainer. The machine evaluates them to choose an edge; the stage
-handlers call the same functions directly per batch, so the table and the loops cannot disagree."""
+"""Guards: pure, cheap predicates over the trainer. The machine evaluates them to choose an edge.
+
+A guard returns a truthy value to pass. `fit_done` returns the reason fit stops (a string), so the history
+record of the stop says why, the way Lightning's fit loop logs it. The training loop's per-batch rules
+(`stages.loop_rules`) share their pieces with `fit_done`, so each stop condition is written once.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from stages.loop_rules import max_steps_reached, minimums_met
+from stages.resume import INSIDE_EPOCH
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
 
+def resumes_inside_epoch(trainer: Trainer) -> bool:
+    """The restored checkpoint was saved inside an epoch (or inside one of its validations)."""
+    return trainer.fit_loop.resume_point in INSIDE_EPOCH
+
+
 def should_sanity_check(trainer: Trainer) -> bool:
-    """Validation is enabled, sanity steps are requested, and fit does not resume inside a validation."""
-    loop = trainer.fit_loop
-    return trainer.enable_validation and trainer.num_sanity_val_steps != 0 and not loop.resuming_in_validation
+    """Validation is enabled and sanity steps are requested."""
+    return trainer.enable_validation and trainer.num_sanity_val_steps != 0
 
 
-def minimums_met(trainer: Trainer) -> bool:
-    epochs_ok = not trainer.min_epochs or trainer.current_epoch >= trainer.min_epochs
-    steps_ok = not trainer.min_steps or trainer.global_step >= trainer.min_steps
-    return epochs_ok and steps_ok
-
-
-def fit_done(trainer: Trainer) -> bool:
-    """Lightning's stop conditions, checked before each epoch (reference 3.2)."""
+def fit_done(trainer: Trainer) -> str | None:
+    """Lightning's stop conditions, checked before each epoch; the first that holds is the reason."""
     if trainer.fit_loop.num_training_batches == 0:
-        return True
-    if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
-        return True
+        return "no training batches"
+    if max_steps_reached(trainer):
+        return f"max_steps={trainer.max_steps} reached"
     if trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs:
-        return True
-    return trainer.should_stop and minimums_met(trainer)
+        return f"max_epochs={trainer.max_epochs} reached"
+    if trainer.should_stop and minimums_met(trainer):
+        return "should_stop was set" + (" (max_time reached)" if _out_of_time(trainer) else "")
+    return None
+
+
+def _out_of_time(trainer: Trainer) -> bool:
+    from stages.callbacks.timer import Timer  # only when fit stops: keeps this module free of torch
+
+    remaining = [c.time_remaining() for c in trainer.callbacks if isinstance(c, Timer)]
+    return any(seconds is not None and seconds <= 0 for seconds in remaining)
 
 
 def should_check_val(trainer: Trainer) -> bool:
-    """Whether validation runs after the batch that just finished (reference 3.3, first matching rule)."""
+    """Whether validation runs after the batch that just finished (Lightning's rules, the first match decides)."""
     loop = trainer.fit_loop
     if not loop.epoch_validates:
         return False
@@ -44,7 +57,7 @@ def should_check_val(trainer: Trainer) -> bool:
     if is_last and val_check_batch == float("inf"):
         return True
     if trainer.should_stop and minimums_met(trainer):
-        return True
+        return True  # validation runs before an early or max_time stop
     if val_check_batch is None:  # time-based: there is no automatic end-of-epoch run
         return time.monotonic() - loop.last_val_end_time >= loop.val_check_seconds
     if isinstance(trainer.limit_train_batches, int) and val_check_batch == float("inf"):
@@ -53,10 +66,3 @@ def should_check_val(trainer: Trainer) -> bool:
         index = loop.total_batch_idx if trainer.check_val_every_n_epoch is None else loop.batch_idx
         return (index + 1) % val_check_batch == 0
     return is_last
-
-
-GUARDS: dict[str, Callable[[Trainer], bool]] = {
-    "should_sanity_check": should_sanity_check,
-    "should_check_val": should_check_val,
-    "fit_done": fit_done,
-}

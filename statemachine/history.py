@@ -33,14 +33,20 @@ FORMAT_VERSION = 1
 
 
 class GuardRecord(BaseModel):
+    """A guard's outcome; `reason` is what a guard that explains itself said (e.g. why fit stops)."""
+
     name: str
     value: bool
+    reason: str | None = None
 
 
 class CallbackRecord(BaseModel):
+    """A callback's duration, its error if it failed, and the note it returned (e.g. the resume point)."""
+
     name: str
     duration_s: float
     error: str | None = None
+    note: str | None = None
 
 
 class ExceptionRecord(BaseModel):
@@ -305,12 +311,12 @@ def _record_problems(record: TransitionRecord, by_key: dict[str, TransitionSpec]
 _COLUMNS = ("seq", "time", "trigger", "source -> end state", "guards", "epoch/step/batch", "callbacks")
 
 
-def format_table(dump: HistoryDump) -> str:
-    """A fixed-width table of the dump, one line per record, exceptions and callback errors indented below."""
+def format_table(dump: HistoryDump, table: MachineTable = TABLE) -> str:
+    """A fixed-width table of the dump, one line per record; reasons, notes and errors indented below."""
     start = dump.records[0].wall_time if dump.records else 0.0
     rows = [_COLUMNS] + [_row(record, start) for record in dump.records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS) - 1)]
-    lines = [_header(dump)]
+    lines = [_header(dump, table)]
     for index, row in enumerate(rows):
         cells = [cell.rjust(w) if i < 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join([*cells, row[-1]]).rstrip())
@@ -319,8 +325,8 @@ def format_table(dump: HistoryDump) -> str:
     return "\n".join(lines)
 
 
-def _header(dump: HistoryDump) -> str:
-    match = "matches the current table" if dump.matches() else f"DIFFERS from current table {TABLE.digest}"
+def _header(dump: HistoryDump, table: MachineTable) -> str:
+    match = "matches the current table" if dump.matches(table) else f"DIFFERS from current table {table.digest}"
     return (
         f"history format {dump.format_version}, table {dump.table_digest} ({match}), "
         f"{len(dump.records)} records, {dump.dropped} dropped"
@@ -345,7 +351,9 @@ def _row(record: TransitionRecord, start: float) -> tuple[str, ...]:
 
 
 def _detail_lines(record: TransitionRecord) -> list[str]:
-    lines = [f"      ! callback {c.name} failed: {c.error}" for c in record.callbacks if c.error is not None]
+    lines = [f"      {g.name}: {g.reason}" for g in record.guards if g.reason]
+    lines += [f"      {c.name}: {c.note}" for c in record.callbacks if c.note]
+    lines += [f"      ! callback {c.name} failed: {c.error}" for c in record.callbacks if c.error is not None]
     if record.exception is not None:
         lines.append(f"      ! {record.exception.type}: {record.exception.message}")
     return lines
@@ -363,22 +371,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("show", "print the dump as a table"),
         ("check", "check that it is a legal path"),
     ):
-        commands.add_parser(name, help=help_text).add_argument("path", help="dump file or fsspec URL")
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument("path", help="dump file or fsspec URL")
+        command.add_argument(
+            "--table", default=None, metavar="MODULE:ATTR", help="the table the run used (default: the built-in one)"
+        )
     args = parser.parse_args(argv)
     try:
+        table = TABLE if args.table is None else load_table(args.table)
         dump = load_history(args.path)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, ImportError, AttributeError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     if args.command == "show":
-        print(format_table(dump))
+        print(format_table(dump, table))
         return 0
-    return _run_check(dump)
+    return _run_check(dump, table)
 
 
-def _run_check(dump: HistoryDump) -> int:
-    if not dump.matches():
-        print(f"warning: dump table {dump.table_digest} differs from the current table {TABLE.digest}")
-    problems = check_path(dump.records, from_initial=dump.dropped == 0)
+def load_table(path: str) -> MachineTable:
+    """The table at `module:attribute` (a user's extended table, for the command-line tools)."""
+    from statemachine.binding import resolve_object
+
+    table = resolve_object(path)
+    if not isinstance(table, MachineTable):
+        raise ValueError(f"{path!r} is a {type(table).__name__}, not a MachineTable")
+    return table
+
+
+def _run_check(dump: HistoryDump, table: MachineTable = TABLE) -> int:
+    if not dump.matches(table):
+        print(f"warning: dump table {dump.table_digest} differs from the current table {table.digest}")
+    problems = check_path(dump.records, table, from_initial=dump.dropped == 0)
     for problem in problems:
         print(problem)
     if problems:

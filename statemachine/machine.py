@@ -1,31 +1,47 @@
-"""The runtime machine: the table turned into a plain `transitions` hierarchical machine.
+"""The runtime machine: a table turned into a plain `transitions` hierarchical machine.
 
 It is bound to a small `Flow` object, not to the Trainer, so the Trainer's namespace stays free of generated
-trigger and helper methods. Every fired event leaves a history record with its guard outcomes and callback
-timings, and counts towards transition coverage.
+trigger and helper methods. Bookkeeping uses `transitions`' own machinery: the history record of an event
+travels in its `EventData` (as a trigger keyword), `before_state_change` marks the edge taken, and
+`finalize_event`, which runs after every event (also failed ones), closes the record.
+
+Per batch, no trigger runs: `Flow.poll` evaluates the table's candidates for an event in the current state
+(guards counted for coverage, True and False) and fires only when one passes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from transitions.core import MachineError
-from transitions.extensions.nesting import HierarchicalMachine, NestedState
+from transitions.extensions.nesting import HierarchicalMachine, NestedState, NestedTransition
 
-from statemachine.actions import ACTIONS
+from statemachine.binding import bind
 from statemachine.coverage import COVERAGE, TransitionCoverage
-from statemachine.guards import GUARDS
 from statemachine.history import CallbackRecord, ExceptionRecord, GuardRecord, History, TransitionRecord
 from statemachine.table import SEPARATOR, TABLE, MachineTable, StateSpec, TransitionSpec
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
-# At INFO, transitions' own logging costs several times the transition itself.
-logging.getLogger("transitions").setLevel(logging.WARNING)
 _log = logging.getLogger(__name__)
+_MACHINE_NAME = "statemachine"
+
+
+class _QuietForOurMachines(logging.Filter):
+    """`transitions` logs every step of every event at INFO; for this project's machines that costs several
+    times the transition itself and says nothing the history does not. Other machines keep their logging."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (isinstance(args, tuple) and args and args[0] == f"{_MACHINE_NAME}: ")
+
+
+for _name in ("transitions.core", "transitions.extensions.nesting"):
+    logging.getLogger(_name).addFilter(_QuietForOurMachines())
 
 
 class FlowError(RuntimeError):
@@ -36,8 +52,17 @@ class _DotState(NestedState):
     separator = SEPARATOR
 
 
+class _SpecTransition(NestedTransition):
+    """A runtime edge that knows the table row it came from."""
+
+    def __init__(self, *args: Any, spec: TransitionSpec, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = spec
+
+
 class _Machine(HierarchicalMachine):
     state_cls = _DotState
+    transition_cls = _SpecTransition
 
 
 class Flow:
@@ -48,26 +73,75 @@ class Flow:
         self.table = table
         self.history = History()
         self._coverage = coverage
-        self._record: TransitionRecord | None = None
-        self._taken: TransitionSpec | None = None
+        coverage.register(table)
+        binding = bind(table)
+        self._handlers = binding.handlers
+        self._guards = {
+            spec.name: (binding.guards[spec.name], spec.collective == "all" if spec.collective else None)
+            for spec in table.guards
+        }
+        self._polls: dict[tuple[str, str], list[TransitionSpec]] = {}
+        for spec in table.transitions:
+            self._polls.setdefault((spec.trigger, spec.source), []).append(spec)
+        self._deferred: list[Callable[[], None]] = []
         _Machine(
             model=self,
             states=_nested_states(table),
-            transitions=[self._runtime_transition(spec) for spec in table.transitions],
+            transitions=[self._runtime_transition(spec, binding.callbacks) for spec in table.transitions],
             initial=table.initial,
             auto_transitions=False,
             send_event=True,
             model_attribute="machine_state",
+            name=_MACHINE_NAME,
+            before_state_change=[self._mark_taken],
+            finalize_event=[self._close_record],
         )
 
     @property
     def spec(self) -> StateSpec:
         return self.table.by_name[self.machine_state]
 
-    def fire(self, trigger: str, cause: BaseException | None = None) -> TransitionRecord:
+    def run_handler(self) -> str | None:
+        """Run the current state's stage handler; it returns the event to fire (None: a poll already fired)."""
+        return self._handlers[self.spec.handler](self.trainer)
+
+    # ---- deciding ---------------------------------------------------------------------------------------
+
+    def evaluate(self, name: str) -> tuple[bool, str | None]:
+        """One guard's outcome (reduced across ranks when the table marks it collective), counted for coverage.
+
+        A guard may return a string: it passes when non-empty, and the string is the reason recorded.
+        """
+        predicate, all_ranks = self._guards[name]
+        result = predicate(self.trainer)
+        value = bool(result)
+        if all_ranks is not None and self.trainer.world_size > 1:
+            value = self.trainer.strategy.reduce_boolean_decision(value, all=all_ranks)
+        self._coverage.record_guard(name, value)
+        return value, result if isinstance(result, str) else None
+
+    def poll(self, trigger: str) -> bool:
+        """Evaluate the table's candidates for `trigger` here; fire the first that passes. Cheap when none does."""
+        decided: dict[str, tuple[bool, str | None]] = {}
+        for spec in self._polls.get((trigger, self.machine_state), ()):
+            name = spec.guard_name
+            if name is not None and name not in decided:
+                decided[name] = self.evaluate(name)
+            if name is None or decided[name][0] != spec.guard_negated:
+                self.fire(trigger, decided=decided)
+                return True
+        return False
+
+    def fire(
+        self,
+        trigger: str,
+        cause: BaseException | None = None,
+        decided: dict[str, tuple[bool, str | None]] | None = None,
+    ) -> TransitionRecord:
         """Fire `trigger`; guards choose the edge. A refused event raises FlowError naming state and guards.
 
         `cause` is the exception an `interrupt` answers: it goes into the record, so a dump says why.
+        `decided` holds guard outcomes a poll already evaluated, so no guard runs twice for one decision.
         """
         trainer = self.trainer
         record = self.history.open(
@@ -80,94 +154,115 @@ class Flow:
         )
         if cause is not None:
             record.exception = ExceptionRecord.from_exception(cause)
-        self._record, self._taken = record, None
+        decided = {} if decided is None else decided
+        record.guards.extend(GuardRecord(name=n, value=v, reason=r) for n, (v, r) in decided.items())
         try:
-            taken = self._trigger(trigger)
-        except BaseException as exc:
-            record.exception = ExceptionRecord.from_exception(exc)
-            raise
-        finally:
-            if self._taken is not None and self.machine_state == self._taken.dest:
-                record.dest = self.machine_state
-            self._record = None
-        return record if taken else self._refuse(record, "every candidate's guard failed")
-
-    def _trigger(self, trigger: str) -> bool:
-        try:
-            return self.trigger(trigger)
+            taken = self.trigger(trigger, record=record, decided=decided, cause=cause)
         except MachineError:
-            return False
+            taken = False
+        finally:
+            self._run_deferred()
+        if not taken:
+            self._refuse(record)
+        return record
 
-    def _refuse(self, record: TransitionRecord, reason: str) -> TransitionRecord:
+    def defer(self, action: Callable[[], None]) -> None:
+        """Run `action` once the current event's record is closed (e.g. a dump that must show the whole edge)."""
+        self._deferred.append(action)
+
+    def _run_deferred(self) -> None:
+        actions, self._deferred = self._deferred, []
+        for action in actions:
+            action()
+
+    def _refuse(self, record: TransitionRecord) -> None:
         outcomes = ", ".join(f"{g.name}={g.value}" for g in record.guards) or "no transition declared"
         error = FlowError(
-            f"internal error: event {record.trigger!r} refused in state {record.source!r} ({outcomes}; {reason})"
+            f"internal error: event {record.trigger!r} refused in state {record.source!r} ({outcomes}; "
+            "no candidate's guard passed)"
         )
         record.exception = ExceptionRecord.from_exception(error)
         raise error
 
-    def _runtime_transition(self, spec: TransitionSpec) -> dict[str, Any]:
-        callbacks = {
-            "before": [_Taken(self, spec)] + [_Callback(self, name, spec.best_effort) for name in spec.before],
-            "after": [_Callback(self, name, spec.best_effort) for name in spec.after],
-        }
+    # ---- transitions' machine-level callbacks -----------------------------------------------------------
+
+    def _mark_taken(self, event: Any) -> None:
+        """Guards passed for `event.transition`: this is the edge taken."""
+        key = event.transition.spec.key
+        event.kwargs["record"].transition = key
+        self._coverage.record_transition(key)
+
+    def _close_record(self, event: Any) -> None:
+        record: TransitionRecord = event.kwargs["record"]
+        if record.transition is not None and self.machine_state == event.transition.spec.dest:
+            record.dest = self.machine_state
+        error = event.error
+        if error is not None and not isinstance(error, MachineError) and error is not event.kwargs["cause"]:
+            record.exception = ExceptionRecord.from_exception(error)
+
+    def _runtime_transition(self, spec: TransitionSpec, callbacks: dict[str, Callable[..., Any]]) -> dict[str, Any]:
         conditions = [] if spec.guard_name is None else [_Guard(self, spec.guard_name, spec.guard_negated)]
         return {
             "trigger": spec.trigger,
             "source": spec.source,
             "dest": spec.dest,
             "conditions": conditions,
-            **callbacks,
+            "before": [_Callback(self, name, callbacks[name], spec.best_effort) for name in spec.before],
+            "after": [_Callback(self, name, callbacks[name], spec.best_effort) for name in spec.after],
+            "spec": spec,
         }
 
 
 class _Guard:
+    """A table guard inside `transitions`: evaluated once per event, however many candidates read it."""
+
     def __init__(self, flow: Flow, name: str, negated: bool):
-        self.flow, self.name, self.negated, self.predicate = flow, name, negated, GUARDS[name]
+        self.flow, self.name, self.negated = flow, name, negated
         self.__name__ = ("not " if negated else "") + name
 
-    def __call__(self, _event: Any) -> bool:
-        value = bool(self.predicate(self.flow.trainer))
-        self.flow._record.guards.append(GuardRecord(name=self.name, value=value))
-        self.flow._coverage.record_guard(self.name, value)
-        return value != self.negated
-
-
-class _Taken:
-    """First `before` callback: runs once the guards passed, so it marks the edge as taken."""
-
-    def __init__(self, flow: Flow, spec: TransitionSpec):
-        self.flow, self.spec, self.__name__ = flow, spec, "taken"
-
-    def __call__(self, _event: Any) -> None:
-        self.flow._taken = self.spec
-        self.flow._record.transition = self.spec.key
-        self.flow._coverage.record_transition(self.spec.key)
+    def __call__(self, event: Any) -> bool:
+        decided = event.kwargs["decided"]
+        if self.name not in decided:
+            decided[self.name] = value, reason = self.flow.evaluate(self.name)
+            event.kwargs["record"].guards.append(GuardRecord(name=self.name, value=value, reason=reason))
+        return decided[self.name][0] != self.negated
 
 
 class _Callback:
-    def __init__(self, flow: Flow, name: str, best_effort: bool):
-        self.flow, self.name, self.best_effort, self.action = flow, name, best_effort, ACTIONS[name]
+    """A table callback inside `transitions`: timed into the event's record, with its note and error."""
+
+    def __init__(self, flow: Flow, name: str, action: Callable[[Any], Any], best_effort: bool):
+        self.flow, self.name, self.action, self.best_effort = flow, name, action, best_effort
         self.__name__ = name
 
-    def __call__(self, _event: Any) -> None:
+    def __call__(self, event: Any) -> None:
         start = time.perf_counter()
-        error: Exception | None = None
+        error: BaseException | None = None
+        note = None
         try:
-            self.action(self.flow.trainer)
-        except Exception as exc:
+            result = self.action(self.flow.trainer)
+            note = result if isinstance(result, str) else None
+        except BaseException as exc:
             error = exc
             if not self.best_effort:
                 raise
-            _log.warning("%s failed while interrupting; continuing the interrupt path", self.name, exc_info=exc)
+            _attach_to_cause(event.kwargs["cause"], self.name, exc)
         finally:
-            self.flow._record.callbacks.append(
+            event.kwargs["record"].callbacks.append(
                 CallbackRecord(
                     name=self.name,
                     duration_s=time.perf_counter() - start,
                     error=None if error is None else f"{type(error).__name__}: {error}",
+                    note=note,
                 )
             )
+
+
+def _attach_to_cause(cause: BaseException | None, name: str, error: BaseException) -> None:
+    """On a best-effort edge a failing step never replaces the error being handled: it is logged and noted."""
+    _log.warning("%s failed while interrupting; continuing the interrupt path", name, exc_info=error)
+    if cause is not None:
+        cause.add_note(f"while the run was interrupted, {name} also failed: {type(error).__name__}: {error}")
 
 
 def _nested_states(table: MachineTable) -> list[Any]:

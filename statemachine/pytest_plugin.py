@@ -3,6 +3,9 @@
     pytest --transition-coverage
     pytest --transition-coverage-fail-under=100
 
+The report covers the built-in table and every extended table a trainer ran in the session; the threshold
+applies to the built-in table's transitions.
+
 Registered as the `pytest11` entry point `transition_coverage`, so it loads in every pytest session of
 everyone who installs the package: it imports the table (and with it torch) only when an option is given.
 """
@@ -72,7 +75,7 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter, exitstatus: int,
     from statemachine.coverage import COVERAGE
 
     terminalreporter.write_sep("-", "state-machine transition coverage")
-    terminalreporter.write_line(COVERAGE.report())
+    terminalreporter.write_line("\n\n".join(COVERAGE.report(table) for table in COVERAGE.tables))
     threshold = _threshold(config)
     if threshold is None:
         return

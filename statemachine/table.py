@@ -1,21 +1,29 @@
-"""The trainer's machine as data: states and transitions, validated when this module is imported.
+"""The trainer's machine as data: states, transitions and the names of what runs on them.
 
 This table is the single source of truth for the runtime machine (`statemachine.machine`), the diagrams
-(`statemachine.diagram`), transition coverage and the history's legality check.
+(`statemachine.diagram`), transition coverage and the history's legality check. It is plain data: guards,
+callbacks and handlers appear by name, each name mapped to an import path (`module:attribute`). The paths are
+resolved where the table is bound to a trainer (`statemachine.binding`), so this module imports no torch and
+nothing that imports the Trainer.
+
+`MachineTable.extend` derives a new table from this one (users' own states, edges, guards and callbacks); the
+result is validated exactly like the built-in table.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from statemachine import actions, guards
 from statemachine.enums import RunningStage, TrainerFn, TrainerStatus
 
 SEPARATOR = "."
+
+Collective = Literal["any", "all"]
 
 
 class StateSpec(BaseModel):
@@ -39,6 +47,22 @@ class StateSpec(BaseModel):
     @property
     def leaf(self) -> str:
         return self.name.rpartition(SEPARATOR)[2]
+
+
+class GuardSpec(BaseModel):
+    """A named predicate over the trainer.
+
+    `collective` marks a guard that reads rank-local values (a flag one rank's code sets, a clock): in a
+    multi-process run its outcome is reduced across ranks ("any": true if one rank says so; "all": only if every
+    rank does) at that one decision point, so every rank takes the same edge.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    path: str
+    collective: Collective | None = None
+    doc: str = ""
 
 
 class TransitionSpec(BaseModel):
@@ -73,23 +97,9 @@ class TransitionSpec(BaseModel):
 
     @property
     def key(self) -> str:
-        """A stable identifier used by coverage and history: `trigger: source -> dest`."""
-        return f"{self.trigger}: {self.source} -> {self.dest}"
-
-    @field_validator("guard")
-    @classmethod
-    def _guard_resolves(cls, value: str | None) -> str | None:
-        if value is not None and value.removeprefix("not ") not in guards.GUARDS:
-            raise ValueError(f"unknown guard {value!r}; known guards: {sorted(guards.GUARDS)}")
-        return value
-
-    @field_validator("before", "after")
-    @classmethod
-    def _callbacks_resolve(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [name for name in value if name not in actions.ACTIONS]
-        if unknown:
-            raise ValueError(f"unknown callbacks {unknown}; known callbacks: {sorted(actions.ACTIONS)}")
-        return value
+        """A stable identifier used by coverage and history: `trigger: source -> dest [guard]`."""
+        edge = f"{self.trigger}: {self.source} -> {self.dest}"
+        return edge if self.guard is None else f"{edge} [{self.guard}]"
 
 
 class MachineTable(BaseModel):
@@ -98,10 +108,22 @@ class MachineTable(BaseModel):
     initial: str
     states: tuple[StateSpec, ...]
     transitions: tuple[TransitionSpec, ...]
+    guards: tuple[GuardSpec, ...]
+    callbacks: dict[str, str]
+    handlers: dict[str, str]
+    name: str = "trainer"
 
     @cached_property
     def by_name(self) -> dict[str, StateSpec]:
         return {state.name: state for state in self.states}
+
+    @cached_property
+    def guard_specs(self) -> dict[str, GuardSpec]:
+        return {guard.name: guard for guard in self.guards}
+
+    @cached_property
+    def by_key(self) -> dict[str, TransitionSpec]:
+        return {t.key: t for t in self.transitions}
 
     @cached_property
     def digest(self) -> str:
@@ -116,41 +138,122 @@ class MachineTable(BaseModel):
     def triggers(self) -> list[str]:
         return list(dict.fromkeys(t.trigger for t in self.transitions))
 
+    def extend(
+        self,
+        *,
+        name: str | None = None,
+        states: Sequence[StateSpec] = (),
+        transitions: Sequence[TransitionSpec] = (),
+        remove: Iterable[str] = (),
+        add_before: Mapping[str, Sequence[str]] | None = None,
+        add_after: Mapping[str, Sequence[str]] | None = None,
+        guards: Mapping[str, Callable[..., Any] | str | GuardSpec] | None = None,
+        callbacks: Mapping[str, Callable[..., Any] | str] | None = None,
+        handlers: Mapping[str, Callable[..., Any] | str] | None = None,
+    ) -> MachineTable:
+        """A new table: this one plus users' states, edges, guards, callbacks and handlers.
+
+        - `states`: new states; each running one gets this table's interrupt edge unless `transitions` declares one.
+        - `transitions`: new edges. A new edge is tried before this table's edges for the same trigger and source.
+        - `remove`: keys (`trigger: source -> dest [guard]`) of edges to drop.
+        - `add_before` / `add_after`: callback names appended to the `before` / `after` list of existing edges,
+          by key.
+        - `guards`, `callbacks`, `handlers`: the names used above, each a module-level function (or its
+          `module:attribute` path); a guard may be a `GuardSpec` to mark it collective.
+        The result is validated like the built-in table; errors name every problem.
+        """
+        problems: list[str] = []
+        removed = set(remove)
+        problems += [f"remove: no transition {key!r}" for key in removed if key not in self.by_key]
+        edits = {"add_before": add_before or {}, "add_after": add_after or {}}
+        for label, edit in edits.items():
+            problems += [f"{label}: no transition {key!r}" for key in edit if key not in self.by_key]
+        if problems:
+            raise ValueError(f"cannot extend table {self.name!r}:\n  " + "\n  ".join(problems))
+        kept = [
+            t.model_copy(
+                update={
+                    "before": t.before + tuple(edits["add_before"].get(t.key, ())),
+                    "after": t.after + tuple(edits["add_after"].get(t.key, ())),
+                }
+            )
+            for t in self.transitions
+            if t.key not in removed
+        ]
+        declared = [*transitions, *self._interrupt_edges_for(states, transitions)]
+        new_guards = {**self.guard_specs, **{key: _guard_spec(key, value) for key, value in (guards or {}).items()}}
+        return MachineTable(
+            name=name or f"{self.name}+",
+            initial=self.initial,
+            states=(*self.states, *states),
+            transitions=tuple(_merge_candidates(kept, declared)),
+            guards=tuple(new_guards.values()),
+            callbacks={**self.callbacks, **{key: _path_of(value) for key, value in (callbacks or {}).items()}},
+            handlers={**self.handlers, **{key: _path_of(value) for key, value in (handlers or {}).items()}},
+        )
+
+    def _interrupt_edges_for(
+        self, states: Sequence[StateSpec], transitions: Sequence[TransitionSpec]
+    ) -> list[TransitionSpec]:
+        template = next((t for t in self.transitions if t.trigger == "interrupt"), None)
+        if template is None:
+            return []
+        declared = {t.source for t in transitions if t.trigger == "interrupt"}
+        return [
+            template.model_copy(update={"source": state.name})
+            for state in states
+            if not state.resting and state.name not in declared
+        ]
+
     @model_validator(mode="after")
     def _check_shape(self) -> MachineTable:
         names = [state.name for state in self.states]
-        problems = [f"duplicate state {name!r}" for name in set(names) if names.count(name) > 1]
+        problems = [f"duplicate state {name!r}" for name in sorted(set(names)) if names.count(name) > 1]
         if self.initial not in names:
             problems.append(f"initial state {self.initial!r} is not declared")
         for t in self.transitions:
             problems += [f"{t.key} uses undeclared state {s!r}" for s in (t.source, t.dest) if s not in names]
+        problems += self._name_problems()
         problems += self._handler_problems()
         problems += self._dead_candidates()
         if not problems:
             problems += self._reachability_problems(names)
         if problems:
-            raise ValueError("invalid machine table:\n  " + "\n  ".join(problems))
+            raise ValueError(f"invalid machine table {self.name!r}:\n  " + "\n  ".join(problems))
         return self
 
-    def _handler_problems(self) -> list[str]:
-        from statemachine.handlers import HANDLERS
+    def _name_problems(self) -> list[str]:
+        problems = []
+        guard_names = {guard.name for guard in self.guards}
+        for t in self.transitions:
+            if t.guard_name is not None and t.guard_name not in guard_names:
+                problems.append(f"{t.key}: unknown guard {t.guard_name!r}; known guards: {sorted(guard_names)}")
+            unknown = [name for name in t.callbacks if name not in self.callbacks]
+            if unknown:
+                problems.append(f"{t.key}: unknown callbacks {unknown}; declare them in the table's callbacks")
+        keys = [t.key for t in self.transitions]
+        problems += [f"duplicate transition {key!r}" for key in sorted(set(keys)) if keys.count(key) > 1]
+        return problems
 
+    def _handler_problems(self) -> list[str]:
         problems = []
         for state in self.states:
             if state.resting and state.handler is not None:
                 problems.append(f"resting state {state.name!r} must not have a handler")
-            if not state.resting and state.handler not in HANDLERS:
+            if not state.resting and state.handler not in self.handlers:
                 problems.append(f"state {state.name!r} has no known handler (got {state.handler!r})")
         return problems
 
     def _dead_candidates(self) -> list[str]:
+        """A candidate can never fire when an earlier one for the same trigger and source always wins first."""
         problems = []
         for trigger in self.triggers:
             for source in dict.fromkeys(t.source for t in self.transitions if t.trigger == trigger):
-                options = self.candidates(trigger, source)
-                for earlier in options[:-1]:
-                    if earlier.guard is None:
-                        problems.append(f"{earlier.key} is unguarded, so the candidates after it never fire")
+                seen: set[str | None] = set()
+                for candidate in self.candidates(trigger, source):
+                    if None in seen or candidate.guard in seen:
+                        problems.append(f"{candidate.key} can never fire: an earlier candidate always wins first")
+                    seen.add(candidate.guard)
         return problems
 
     def _reachability_problems(self, names: list[str]) -> list[str]:
@@ -177,6 +280,46 @@ def _closure(start: set[str], edges: Iterable[tuple[str, str]]) -> set[str]:
     return seen
 
 
+def _merge_candidates(kept: list[TransitionSpec], added: list[TransitionSpec]) -> list[TransitionSpec]:
+    """Insert each added edge before the first kept edge with its trigger and source (or at the end)."""
+    merged = list(kept)
+    for edge in added:
+        index = next(
+            (i for i, t in enumerate(merged) if t in kept and (t.trigger, t.source) == (edge.trigger, edge.source)),
+            len(merged),
+        )
+        merged.insert(index, edge)
+    return merged
+
+
+def _path_of(value: Callable[..., Any] | str) -> str:
+    """`module:attribute` for a module-level function (checked when the table is bound)."""
+    if isinstance(value, str):
+        if ":" not in value:
+            raise ValueError(f"{value!r} is not an import path; write it as 'module:attribute'")
+        return value
+    qualname = getattr(value, "__qualname__", "")
+    module = getattr(value, "__module__", None)
+    if not module or not qualname or "<" in qualname:
+        raise ValueError(
+            f"{value!r} cannot be named by an import path (lambdas and nested functions cannot); "
+            "define it at module level"
+        )
+    return f"{module}:{qualname}"
+
+
+def _guard_spec(name: str, value: Callable[..., Any] | str | GuardSpec) -> GuardSpec:
+    if isinstance(value, GuardSpec):
+        if value.name != name:
+            raise ValueError(f"guard {name!r} is given a GuardSpec named {value.name!r}")
+        return value
+    return GuardSpec(name=name, path=_path_of(value))
+
+
+def _paths(module: str, *names: str) -> dict[str, str]:
+    return {name: f"{module}:{name}" for name in names}
+
+
 RESTING_SOURCES = ("idle", "finished", "interrupted")
 
 _SETUP_CHAIN = (
@@ -201,6 +344,8 @@ _ENTRY = {
     "test": ("testing", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
     "predict": ("predicting", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
 }
+_TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success")
+_FIT_END_CHAIN = ("teardown_internals", "call_on_fit_end", "call_teardown_hooks", "finalize_loggers_success")
 _INTERRUPT_CHAIN = (
     "ignore_sigint",
     "call_on_exception_hooks",
@@ -210,56 +355,63 @@ _INTERRUPT_CHAIN = (
     "dump_history",
 )
 
-_RUNNING = RunningStage
 _STATES = (
     StateSpec(name="idle", status=TrainerStatus.INITIALIZING, resting=True, doc="constructed, nothing ran yet"),
     StateSpec(
         name="fitting.setup",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.FITTING,
-        stage=_RUNNING.TRAINING,
+        stage=RunningStage.TRAINING,
         handler="fit_setup",
     ),
     StateSpec(
         name="fitting.sanity_checking",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.FITTING,
-        stage=_RUNNING.SANITY_CHECKING,
+        stage=RunningStage.SANITY_CHECKING,
         handler="sanity_checking",
+    ),
+    StateSpec(
+        name="fitting.train_setup",
+        status=TrainerStatus.RUNNING,
+        fn=TrainerFn.FITTING,
+        stage=RunningStage.TRAINING,
+        handler="train_setup",
+        doc="loads the training data",
     ),
     StateSpec(
         name="fitting.training",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.FITTING,
-        stage=_RUNNING.TRAINING,
+        stage=RunningStage.TRAINING,
         handler="training",
     ),
     StateSpec(
         name="fitting.validating",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.FITTING,
-        stage=_RUNNING.VALIDATING,
+        stage=RunningStage.VALIDATING,
         handler="fit_validating",
     ),
     StateSpec(
         name="validating",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.VALIDATING,
-        stage=_RUNNING.VALIDATING,
+        stage=RunningStage.VALIDATING,
         handler="validating",
     ),
     StateSpec(
         name="testing",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.TESTING,
-        stage=_RUNNING.TESTING,
+        stage=RunningStage.TESTING,
         handler="testing",
     ),
     StateSpec(
         name="predicting",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.PREDICTING,
-        stage=_RUNNING.PREDICTING,
+        stage=RunningStage.PREDICTING,
         handler="predicting",
     ),
     StateSpec(name="finished", status=TrainerStatus.FINISHED, resting=True, doc="the last run returned normally"),
@@ -272,6 +424,9 @@ _TRANSITIONS = (
         for trigger, (dest, chain) in _ENTRY.items()
         for source in RESTING_SOURCES
     ),
+    # Where fit starts is named by the resume point the fit edge restored: a resume inside an epoch (or inside
+    # one of its validations) continues that epoch at once, without a sanity check.
+    TransitionSpec(trigger="begin", source="fitting.setup", dest="fitting.train_setup", guard="resumes_inside_epoch"),
     TransitionSpec(
         trigger="begin",
         source="fitting.setup",
@@ -279,36 +434,40 @@ _TRANSITIONS = (
         guard="should_sanity_check",
         before=("save_rng_state",),
     ),
-    TransitionSpec(trigger="begin", source="fitting.setup", dest="fitting.training"),
+    TransitionSpec(
+        trigger="begin", source="fitting.setup", dest="fitting.train_setup", guard="not should_sanity_check"
+    ),
     TransitionSpec(
         trigger="sanity_check_done",
         source="fitting.sanity_checking",
-        dest="fitting.training",
+        dest="fitting.train_setup",
         before=("reset_sanity_results", "restore_rng_state"),
+    ),
+    # The training data is loaded: stop at once (nothing to train, or the checkpoint's fit is already done),
+    # or start training.
+    TransitionSpec(
+        trigger="train_ready", source="fitting.train_setup", dest="finished", guard="fit_done", before=_FIT_END_CHAIN
+    ),
+    TransitionSpec(
+        trigger="train_ready",
+        source="fitting.train_setup",
+        dest="fitting.training",
+        guard="not fit_done",
+        after=("start_training",),
     ),
     TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.validating", guard="should_check_val"),
     TransitionSpec(trigger="validation_done", source="fitting.validating", dest="fitting.training"),
-    TransitionSpec(trigger="epoch_end", source="fitting.training", dest="fitting.training", guard="not fit_done"),
+    # Before each epoch (the first one too, after on_train_start): stop, or run the epoch.
     TransitionSpec(
-        trigger="stop",
+        trigger="epoch_boundary",
         source="fitting.training",
         dest="finished",
         guard="fit_done",
-        before=(
-            "end_training",
-            "teardown_internals",
-            "call_on_fit_end",
-            "call_teardown_hooks",
-            "finalize_loggers_success",
-        ),
+        before=("end_training", *_FIT_END_CHAIN),
     ),
+    TransitionSpec(trigger="epoch_boundary", source="fitting.training", dest="fitting.training", guard="not fit_done"),
     *(
-        TransitionSpec(
-            trigger="finish",
-            source=source,
-            dest="finished",
-            before=("teardown_internals", "call_teardown_hooks", "finalize_loggers_success"),
-        )
+        TransitionSpec(trigger="finish", source=source, dest="finished", before=_TEARDOWN_CHAIN)
         for source in ("validating", "testing", "predicting")
     ),
     *(
@@ -324,4 +483,61 @@ _TRANSITIONS = (
     ),
 )
 
-TABLE = MachineTable(initial="idle", states=_STATES, transitions=_TRANSITIONS)
+_GUARDS = (
+    GuardSpec(
+        name="resumes_inside_epoch",
+        path="statemachine.guards:resumes_inside_epoch",
+        doc="the restored checkpoint was saved inside an epoch or one of its validations",
+    ),
+    GuardSpec(
+        name="should_sanity_check",
+        path="statemachine.guards:should_sanity_check",
+        doc="validation is enabled and sanity steps are requested",
+    ),
+    GuardSpec(
+        name="fit_done",
+        path="statemachine.guards:fit_done",
+        collective="any",
+        doc="a stop condition holds; its value is the reason",
+    ),
+    GuardSpec(
+        name="should_check_val",
+        path="statemachine.guards:should_check_val",
+        collective="any",
+        doc="validation runs after the batch that just finished",
+    ),
+)
+
+_CALLBACKS = _paths(
+    "statemachine.actions",
+    *_SETUP_CHAIN,
+    "configure_optimizers",
+    *_FIT_START_CHAIN,
+    "save_rng_state",
+    "restore_rng_state",
+    "reset_sanity_results",
+    "start_training",
+    "end_training",
+    *_FIT_END_CHAIN,
+    *_INTERRUPT_CHAIN,
+)
+
+_HANDLERS = {
+    "fit_setup": "stages.fit_setup:run_fit_setup",
+    "sanity_checking": "stages.evaluation:run_sanity_check",
+    "train_setup": "stages.training:run_train_setup",
+    "training": "stages.training:run_training",
+    "fit_validating": "stages.evaluation:run_fit_validation",
+    "validating": "stages.evaluation:run_validate",
+    "testing": "stages.evaluation:run_test",
+    "predicting": "stages.prediction:run_predict",
+}
+
+TABLE = MachineTable(
+    initial="idle",
+    states=_STATES,
+    transitions=_TRANSITIONS,
+    guards=_GUARDS,
+    callbacks=_CALLBACKS,
+    handlers=_HANDLERS,
+)

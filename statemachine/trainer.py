@@ -31,13 +31,12 @@ from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
-from statemachine import guards
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.enums import RunningStage, TrainerFn, TrainerState
-from statemachine.handlers import resolve_handler
 from statemachine.history import TransitionRecord
 from statemachine.machine import Flow
 from statemachine.signals import SignalConnector
+from statemachine.table import TABLE, MachineTable
 
 _log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ class RunContext:
 
 def _defaults_from_env(init: Callable[..., None]) -> Callable[..., None]:
     """`PL_<CLASSNAME>_<ARG>` environment values become defaults; explicit arguments still win."""
-    names = set(inspect.signature(init).parameters) - {"self"}
+    names = set(inspect.signature(init).parameters) - {"self", "table"}
 
     @functools.wraps(init)
     def wrapper(self: Trainer, **kwargs: Any) -> None:
@@ -119,11 +118,18 @@ class Trainer:
         default_root_dir: str | os.PathLike[str] | None = None,
         enable_autolog_hparams: bool = True,
         model_registry: str | None = None,
+        table: MachineTable = TABLE,
     ) -> None:
-        arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        """Lightning's arguments, plus `table`: the machine to run (the built-in one, or one derived from it
+        with `TABLE.extend(...)`)."""
+        if not isinstance(table, MachineTable):
+            raise InvalidTrainerArguments(
+                f"invalid Trainer arguments:\n  table: expected a MachineTable (statemachine.TABLE or one made "
+                f"with TABLE.extend), got {type(table).__name__}"
+            )
+        arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__", "table")}
         config, self.strategy = _validated(arguments)
         self._apply_flags(config)
-        self._guards = guards.GUARDS
         self._hooks = HookRunner(self)
         self._metrics = MetricsCollector(self)
         self._optimization = Optimization(self)
@@ -150,7 +156,7 @@ class Trainer:
         self.predict_dataloaders: Any = None
         self.callbacks = self._build_callbacks(config)
         self.loggers = self._build_loggers(config)
-        self._flow = Flow(self)
+        self._flow = Flow(self, table)
 
     # ---- construction -----------------------------------------------------------------------------------
 
@@ -403,13 +409,15 @@ class Trainer:
         return run
 
     def _drive(self, trigger: str) -> None:
-        """DESIGN 3.3: fire the entry event, then let each state's handler choose the next event."""
+        """Fire the entry event, then run each state's handler and fire the event it reports; the table's guards
+        choose where each event leads. On any exception: the `interrupt` edge, then the exception, unchanged."""
         flow = self._flow
         try:
             flow.fire(trigger)
             while not flow.spec.resting:
-                event = resolve_handler(flow.spec.handler)(self)
-                flow.fire(event)
+                event = flow.run_handler()
+                if event is not None:  # None: the handler's poll already fired
+                    flow.fire(event)
         except BaseException as exception:
             if not flow.spec.resting:
                 self._run.exception = exception
@@ -454,9 +462,6 @@ class Trainer:
         if self.datamodule is not None and self.datamodule._log_hyperparams:
             params.update(self.datamodule.hparams_initial)
         return params
-
-    def _minimums_met(self) -> bool:
-        return guards.minimums_met(self)
 
     def _dump_interrupt_history(self) -> None:
         record = self._flow.history.records[-1]
@@ -505,7 +510,7 @@ class Trainer:
 
     def dump_history(self, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> str:
         """Write the state history as JSON to any fsspec URL (local path, memory://, s3://)."""
-        return self._flow.history.dump(os.fspath(path), storage_options=storage_options)
+        return self._flow.history.dump(os.fspath(path), table=self._flow.table, storage_options=storage_options)
 
     # ---- counters and results ---------------------------------------------------------------------------
 

@@ -189,7 +189,7 @@ def test_a_checkpoint_saved_inside_validation_resumes_without_sanity_check(tmp_p
     resumed = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=2, limit_val_batches=2)
     resumed.fit(TinyModel(), make_loader(), make_loader(), ckpt_path=tmp_path / "in-validation.ckpt")
     assert [r.trigger for r in resumed.history][:2] == ["fit", "begin"]
-    assert resumed.history[1].dest == "fitting.training"  # the sanity check was skipped
+    assert resumed.history[1].dest == "fitting.train_setup"  # the sanity check was skipped
     fresh = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=2, limit_val_batches=2)
     fresh.fit(TinyModel(), make_loader(), make_loader())
     assert fresh.history[1].dest == "fitting.sanity_checking"

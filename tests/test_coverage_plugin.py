@@ -12,14 +12,14 @@ import pytest
 
 import statemachine.coverage
 from statemachine.coverage import COVERAGE, TransitionCoverage
-from statemachine.guards import GUARDS
 from statemachine.table import TABLE
 
 pytest_plugins = ["pytester"]
 
 DECLARED = [t.key for t in TABLE.transitions]
 FIT = "fit: idle -> fitting.setup"
-BEGIN = "begin: fitting.setup -> fitting.training"
+BEGIN = "begin: fitting.setup -> fitting.sanity_checking [should_sanity_check]"
+GUARDS = ["resumes_inside_epoch", "should_sanity_check", "fit_done", "should_check_val"]
 
 
 def test_percent_counts_declared_transitions_that_fired() -> None:
@@ -51,17 +51,21 @@ def test_report_lists_every_transition_and_guard_in_order() -> None:
     coverage.record_transition(FIT)
     coverage.record_guard("should_sanity_check", False)
     lines = coverage.report().splitlines()
-    assert lines[0] == "transitions (hits):"
-    assert [line.split("  ")[1].strip() for line in lines[1 : 1 + len(DECLARED)]] == DECLARED
-    fit_line = lines[1 + DECLARED.index(FIT)]
+    assert lines[0] == f"table 'trainer' ({TABLE.digest})"
+    assert lines[1] == "transitions (hits):"
+    assert [line.split("  ")[1].strip() for line in lines[2 : 2 + len(DECLARED)]] == DECLARED
+    fit_line = lines[2 + DECLARED.index(FIT)]
     assert fit_line.split()[-1] == "1" and "never fired" not in fit_line
-    assert lines[1 + DECLARED.index(BEGIN)].endswith("0  <- never fired")
-    guard_lines = lines[2 + len(DECLARED) : -1]
-    assert lines[1 + len(DECLARED)] == "guards (true/false):"
-    assert [line.split()[0] for line in guard_lines] == list(GUARDS)
-    assert guard_lines[list(GUARDS).index("should_sanity_check")].split()[1:] == ["T", "0", "F", "1"]
+    assert lines[2 + DECLARED.index(BEGIN)].endswith("0  <- never fired")
+    guard_lines = lines[3 + len(DECLARED) : -2]
+    assert lines[2 + len(DECLARED)] == "guards (true/false):"
+    assert [line.split()[0] for line in guard_lines] == GUARDS
+    sanity = guard_lines[GUARDS.index("should_sanity_check")]
+    assert sanity.split()[1:5] == ["T", "0", "F", "1"] and sanity.endswith("<- never True")
+    assert guard_lines[GUARDS.index("fit_done")].endswith("<- never True nor False")
     percent = 100 / len(DECLARED)
-    assert lines[-1] == f"transition coverage: 1/{len(DECLARED)} ({percent:.1f}%)"
+    assert lines[-2] == f"transition coverage: 1/{len(DECLARED)} ({percent:.1f}%)"
+    assert lines[-1] == f"guard branch coverage: {100 / 8:.1f}%"
 
 
 def test_export_and_merge_add_up_across_processes() -> None:

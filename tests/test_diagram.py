@@ -28,19 +28,22 @@ def reaches(source: str, start: str, end: str) -> bool:
 
 
 def crashed_run() -> History:
-    """idle -fit-> setup -begin-> training -val_check-> validating, then validation raises and interrupts."""
+    """idle -fit-> setup -> train_setup -> training -val_check-> validating, then validation raises."""
     history = History()
     steps = [
-        ("fit", "idle", "fitting.setup"),
-        ("begin", "fitting.setup", "fitting.training"),
-        ("val_check", "fitting.training", "fitting.validating"),
-        ("validation_done", "fitting.validating", "fitting.training"),
-        ("val_check", "fitting.training", "fitting.validating"),
-        ("interrupt", "fitting.validating", "interrupted"),
+        ("fit", "idle", "fitting.setup", None),
+        ("begin", "fitting.setup", "fitting.train_setup", "not should_sanity_check"),
+        ("train_ready", "fitting.train_setup", "fitting.training", "not fit_done"),
+        ("epoch_boundary", "fitting.training", "fitting.training", "not fit_done"),
+        ("val_check", "fitting.training", "fitting.validating", "should_check_val"),
+        ("validation_done", "fitting.validating", "fitting.training", None),
+        ("val_check", "fitting.training", "fitting.validating", "should_check_val"),
+        ("interrupt", "fitting.validating", "interrupted", None),
     ]
-    for trigger, source, dest in steps:
+    for trigger, source, dest, guard in steps:
         record = history.open(trigger, source, epoch=0, global_step=1, batch_idx=0, rank=0)
-        record.transition, record.dest = f"{trigger}: {source} -> {dest}", dest
+        edge = f"{trigger}: {source} -> {dest}"
+        record.transition, record.dest = edge if guard is None else f"{edge} [{guard}]", dest
         record.callbacks = [CallbackRecord(name="connect_model", duration_s=0.001)]
     record.exception = ExceptionRecord(type="ZeroDivisionError", message="division by zero", traceback="")
     return history
@@ -59,13 +62,19 @@ def test_every_declared_transition_is_drawn() -> None:
     assert missing == []
 
 
-def test_fitting_is_a_cluster_holding_its_four_children() -> None:
+def test_fitting_is_a_cluster_holding_its_five_children() -> None:
     source = build_graph().source
     assert "compound=true" in source
     cluster = source[source.index("subgraph cluster_fitting {") : source.index("}", source.index("cluster_fitting"))]
     assert "label=fitting" in cluster
     children = re.findall(r'^\t\t"(fitting\.\w+)" \[', cluster, re.MULTILINE)
-    assert children == ["fitting.setup", "fitting.sanity_checking", "fitting.training", "fitting.validating"]
+    assert children == [
+        "fitting.setup",
+        "fitting.sanity_checking",
+        "fitting.train_setup",
+        "fitting.training",
+        "fitting.validating",
+    ]
 
 
 def test_states_show_leaf_names_and_resting_states_are_double_bordered() -> None:
@@ -95,9 +104,9 @@ def test_interrupt_edges_are_dashed_firebrick() -> None:
 
 def test_labels_carry_trigger_guard_and_wrapped_callbacks() -> None:
     source = build_graph().source
-    assert "<b>epoch_end</b> [not fit_done]>" in source
+    assert "<b>epoch_boundary</b> [not fit_done]>" in source
     stop = next(attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.training", "finished"))
-    assert "<b>stop</b> [fit_done]" in stop
+    assert "<b>epoch_boundary</b> [fit_done]" in stop
     assert "/ end_training, teardown_internals,<br/>call_on_fit_end, call_teardown_hooks," in stop
 
 
@@ -153,7 +162,7 @@ def test_check_passes_on_the_committed_dot(capsys: pytest.CaptureFixture[str]) -
 def test_check_fails_on_an_edited_or_missing_dot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "trainer.dot"
     committed = (REPO_DIAGRAMS / "trainer.dot").read_text(encoding="utf-8")
-    copy.write_text(committed.replace("epoch_end", "epoch_over"), encoding="utf-8")
+    copy.write_text(committed.replace("epoch_boundary", "epoch_over"), encoding="utf-8")
     assert main(["--check", "-o", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert f"{copy} is out of date" in err and "python -m statemachine.diagram" in err

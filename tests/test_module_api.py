@@ -136,7 +136,8 @@ def test_early_stopping_ends_fit_when_the_metric_stops_improving(tmp_path: Any) 
     trainer.fit(Worsening(), make_loader(), make_loader())
     assert trainer.current_epoch == 3  # best at epoch 0, two epochs without improvement, then stop
     assert stopper.stopped_epoch == 2 and trainer.should_stop
-    assert [r.trigger for r in trainer.history][-1] == "stop"
+    stop = trainer.history[-1]
+    assert (stop.trigger, stop.dest, stop.guards[0].reason) == ("epoch_boundary", "finished", "should_stop was set")
 
 
 def test_training_step_taking_dataloader_iter_is_refused(tmp_path: Any) -> None:

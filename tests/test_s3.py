@@ -37,7 +37,7 @@ def test_history_dump_round_trips_through_s3(tmp_path: Any, s3: dict[str, Any]) 
         trainer.fit(TinyModel(fail_in="training_step"), make_loader())
     path = trainer.dump_history("s3://runs/debug/history.json", storage_options=s3)
     dump = load_history(path, storage_options=s3)
-    assert [r.trigger for r in dump.records] == ["fit", "begin", "interrupt"]
+    assert [r.trigger for r in dump.records] == ["fit", "begin", "train_ready", "epoch_boundary", "interrupt"]
     assert dump.records[-1].exception.type == "Boom"
     assert check_path(dump.records) == []
 

@@ -1,0 +1,47 @@
+"""The fit loop's stop rules, written once: the machine's `fit_done` guard and the training loop share them.
+
+`fit_done` (in `statemachine.guards`) decides before each epoch whether fit stops; the rules here decide,
+after each batch, whether the running epoch ends. Both read `max_steps_reached` and `minimums_met`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+_log = logging.getLogger(__name__)
+
+
+def minimums_met(trainer: Any) -> bool:
+    """`min_epochs` and `min_steps` are met (a falsy minimum always is)."""
+    epochs_ok = not trainer.min_epochs or trainer.current_epoch >= trainer.min_epochs
+    steps_ok = not trainer.min_steps or trainer.global_step >= trainer.min_steps
+    return epochs_ok and steps_ok
+
+
+def max_steps_reached(trainer: Any) -> bool:
+    return trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
+
+
+def epoch_training_done(trainer: Any) -> bool:
+    """After a batch: this epoch has no more training to do (its batches ran out, or max_steps is reached)."""
+    loop = trainer.fit_loop
+    if max_steps_reached(trainer):
+        return True
+    return loop.is_last_batch or loop.batch_progress.current.ready == loop.num_training_batches
+
+
+def epoch_should_end(trainer: Any) -> bool:
+    """After a batch: the epoch ends when its training is done, or on `should_stop` once the minimums are met."""
+    if epoch_training_done(trainer):
+        return True
+    if not trainer.should_stop:
+        return False
+    if minimums_met(trainer):
+        return True
+    _log.info(
+        "should_stop was set, but training continues until min_epochs=%s and min_steps=%s are met",
+        trainer.min_epochs,
+        trainer.min_steps,
+    )
+    return False
