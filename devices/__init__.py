@@ -7,7 +7,7 @@ from devices import checkpoint_io
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
 from devices.checkpoint_io import CorruptCheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from devices.connector import connect
-from devices.precision import Precision, resolve_precision
+from devices.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision, StepClosure, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 from devices.transfer import move_optimizer_state, move_to_device
 
@@ -16,8 +16,12 @@ __all__ = [
     "CPUAccelerator",
     "CUDAAccelerator",
     "CorruptCheckpointError",
+    "DoublePrecision",
+    "HalfPrecision",
+    "MixedPrecision",
     "Precision",
     "SingleDeviceStrategy",
+    "StepClosure",
     "Strategy",
     "checkpoint_io",
     "connect",

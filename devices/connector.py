@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
-from devices.precision import Precision, resolve_precision
+from devices.precision import MixedPrecision, Precision, canonical_precision, resolve_precision
 from devices.strategy import SingleDeviceStrategy
 
 _ACCELERATORS: dict[str, type[Accelerator]] = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator}
@@ -25,6 +25,7 @@ def connect(
     strategy: str = "auto",
     precision: Any = None,
     num_nodes: int = 1,
+    plugins: Any = None,
 ) -> SingleDeviceStrategy:
     """Validate every flag, then build the strategy.
 
@@ -35,7 +36,8 @@ def connect(
     device_indices = _collect(problems, _resolve_devices, chosen, devices) if chosen is not None else None
     _collect(problems, _check_strategy, strategy)
     _collect(problems, _check_num_nodes, num_nodes)
-    plugin = _collect(problems, resolve_precision, precision)
+    # With other flags already wrong, only check the precision: building it may warn about a run that won't happen.
+    plugin = _collect(problems, _resolve_precision, precision, plugins, None if problems else chosen)
     if problems:
         raise ValueError(problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems))
     assert chosen is not None and device_indices is not None and isinstance(plugin, Precision)
@@ -48,6 +50,44 @@ def _collect(problems: list[str], check: Callable[..., Any], *args: Any) -> Any:
     except ValueError as error:
         problems.append(str(error))
         return None
+
+
+def _resolve_precision(value: Any, plugins: Any, accelerator: Accelerator | None) -> Precision | None:
+    """The precision plugin from the `precision` flag or from `plugins`, which may hold one instead.
+
+    Without an `accelerator` the values are only checked and nothing is built.
+    """
+    given = _precision_plugin(plugins)
+    if given is not None and value is not None:
+        raise ValueError(
+            f"precision={value!r} and the precision plugin {given!r} in plugins were both given; choose one"
+        )
+    if accelerator is None:
+        canonical_precision(value)
+        return None
+    if given is None:
+        return resolve_precision(value, accelerator.name)
+    if isinstance(given, MixedPrecision) and given.device != accelerator.name:
+        raise ValueError(
+            f"the precision plugin {given!r} autocasts on {given.device!r}, but the run uses accelerator "
+            f"{accelerator.name!r}; build it with device={accelerator.name!r}"
+        )
+    return given
+
+
+def _precision_plugin(plugins: Any) -> Precision | None:
+    if plugins is None:
+        return None
+    items = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    others = [item for item in items if not isinstance(item, Precision)]
+    if others:
+        raise ValueError(
+            f"plugins={plugins!r}: {others!r} is not supported yet; plugins accepts precision plugins only "
+            "(Precision, MixedPrecision, HalfPrecision, DoublePrecision)"
+        )
+    if len(items) > 1:
+        raise ValueError(f"plugins={plugins!r} holds {len(items)} precision plugins; give at most one")
+    return items[0] if items else None
 
 
 def _resolve_accelerator(value: str | Accelerator) -> Accelerator:

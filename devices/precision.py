@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-_SUPPORTED = "'32-true' (aliases: None, 32, '32')"
+from devices.transfer import convert_floating
 
 # Every value Lightning 2.x accepts for `precision`, mapped to its canonical name.
 _LIGHTNING_PRECISIONS: dict[Any, str] = {
-    "32-true": "32-true",
-    "32": "32-true",
-    32: "32-true",
     "64-true": "64-true",
     "64": "64-true",
     64: "64-true",
+    "32-true": "32-true",
+    "32": "32-true",
+    32: "32-true",
     "16-mixed": "16-mixed",
     "16": "16-mixed",
     16: "16-mixed",
@@ -26,9 +29,33 @@ _LIGHTNING_PRECISIONS: dict[Any, str] = {
     "bf16": "bf16-mixed",
     "16-true": "16-true",
     "bf16-true": "bf16-true",
-    "transformer-engine": "transformer-engine",
-    "transformer-engine-float16": "transformer-engine-float16",
 }
+# Lightning names that need hardware libraries this trainer does not drive.
+_NOT_SUPPORTED = ("transformer-engine", "transformer-engine-float16")
+_ALLOWED = (
+    "'64-true' (64, '64'), '32-true' (None, 32, '32'), '16-mixed' (16, '16'), 'bf16-mixed' ('bf16'), "
+    "'16-true', 'bf16-true'"
+)
+_MIXED_DEVICES = ("cpu", "cuda")
+
+
+@dataclass(slots=True)
+class StepClosure:
+    """The work before one optimizer update, in the two parts a precision may need to separate.
+
+    Calling it runs both parts in order, which is what a plain `optimizer.step(closure)` needs. A gradient
+    scaler runs them apart: it must unscale the gradients after `compute` and before `before_update`, whose
+    hooks and clipping have to see the true gradients.
+    """
+
+    compute: Callable[[], Any]  # forward and backward; returns the loss, None when nothing was backpropagated
+    before_update: Callable[[], None]  # the pre-step hooks and gradient clipping
+    automatic: bool  # automatic optimization: a None loss then means the step has nothing to apply
+
+    def __call__(self) -> Any:
+        result = self.compute()
+        self.before_update()
+        return result
 
 
 class Precision:
@@ -39,15 +66,37 @@ class Precision:
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module
 
+    def convert_input(self, data: Any) -> Any:
+        """The batch as the step should see it."""
+        return data
+
+    def tensor_init_context(self) -> AbstractContextManager[None]:
+        """Where `trainer.init_module()` creates parameters: in the dtype this precision trains in."""
+        return nullcontext()
+
     def forward_context(self) -> AbstractContextManager[None]:
         return nullcontext()
+
+    def pre_backward(self, loss: Tensor) -> Tensor:
+        """The tensor that backward hooks receive and backpropagate."""
+        return loss
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         # Extra arguments (e.g. retain_graph from manual_backward) go straight to autograd.
         loss.backward(*args, **kwargs)
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
+    def optimizer_step(self, optimizer: Optimizer, closure: StepClosure, **kwargs: Any) -> Any:
         return optimizer.step(closure=closure, **kwargs)
+
+    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
+        """Clip the gradients of `optimizer`'s parameters: by value or by their total norm."""
+        if clip_val <= 0:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, clip_val)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -62,21 +111,157 @@ class Precision:
             )
 
     def __repr__(self) -> str:
-        return f"Precision({self.name!r})"
+        return f"{type(self).__name__}({self.name!r})"
 
 
-def resolve_precision(value: Any) -> Precision:
-    """Map a Trainer `precision` value to its plugin; refuse every value this project does not run yet."""
-    if isinstance(value, Precision):
-        return value
+class MixedPrecision(Precision):
+    """Autocast around every step; for '16-mixed' also a gradient scaler, so small fp16 gradients survive.
+
+    The scaler multiplies the loss before backward, unscales the gradients before the pre-step hooks and
+    clipping, skips the update when a gradient is inf or NaN (lowering the scale) and raises the scale
+    after a run of good steps. Its state is checkpointed under this class's name.
+    """
+
+    def __init__(self, precision: str, device: str, scaler: torch.amp.GradScaler | None = None) -> None:
+        if precision not in ("16-mixed", "bf16-mixed"):
+            raise ValueError(f"MixedPrecision(precision={precision!r}) is not valid; use '16-mixed' or 'bf16-mixed'")
+        if device not in _MIXED_DEVICES:
+            raise ValueError(f"MixedPrecision(device={device!r}) is not valid; use one of {list(_MIXED_DEVICES)}")
+        if scaler is not None and precision == "bf16-mixed":
+            raise ValueError(
+                f"MixedPrecision('bf16-mixed') takes no gradient scaler (bfloat16 has float32's range), got {scaler!r}"
+            )
+        if scaler is None and precision == "16-mixed":
+            scaler = torch.amp.GradScaler(device)
+        self.name = precision
+        self.device = device
+        self.scaler = scaler
+        self._dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
+
+    def forward_context(self) -> AbstractContextManager[None]:
+        return torch.autocast(self.device, dtype=self._dtype)
+
+    def pre_backward(self, loss: Tensor) -> Tensor:
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: StepClosure, **kwargs: Any) -> Any:
+        scaler = self.scaler
+        if scaler is None:
+            return super().optimizer_step(optimizer, closure, **kwargs)
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise RuntimeError(
+                "precision='16-mixed' cannot step LBFGS: its gradient scaler needs one closure call per step, and "
+                "LBFGS calls it many times; use '32-true' or 'bf16-mixed'"
+            )
+        loss = closure.compute()
+        skipped_backward = loss is None and closure.automatic
+        if not skipped_backward and not _unscales_itself(optimizer):
+            scaler.unscale_(optimizer)
+        closure.before_update()
+        if skipped_backward:
+            return loss
+        # GradScaler.step skips the update when unscaling found an inf or NaN gradient.
+        output = scaler.step(optimizer, **kwargs)
+        scaler.update()
+        return output
+
+    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
+        if clip_val > 0 and self.scaler is not None and _unscales_itself(optimizer):
+            raise RuntimeError(
+                f"{type(optimizer).__qualname__} unscales its gradients inside step() (a fused optimizer?), so they "
+                "are still scaled when clipping runs; turn off gradient clipping or use a non-fused optimizer"
+            )
+        super().clip_gradients(optimizer, clip_val, algorithm)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.scaler is None else self.scaler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Without a scaler (bf16-mixed) there is nothing to restore; an empty state (a checkpoint from a run
+        # without a scaler) leaves the fresh scaler as it is.
+        if self.scaler is not None and state_dict:
+            self.scaler.load_state_dict(state_dict)
+
+
+class _TruePrecision(Precision):
+    """The whole module, its floating-point inputs and the tensors created in a step use one dtype."""
+
+    dtype: torch.dtype
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        return module.to(dtype=self.dtype)
+
+    def convert_input(self, data: Any) -> Any:
+        return convert_floating(data, self.dtype)
+
+    def tensor_init_context(self) -> AbstractContextManager[None]:
+        return _default_dtype(self.dtype)
+
+    def forward_context(self) -> AbstractContextManager[None]:
+        return _default_dtype(self.dtype)
+
+
+class HalfPrecision(_TruePrecision):
+    """'16-true' (float16) or 'bf16-true' (bfloat16): no float32 master weights."""
+
+    def __init__(self, precision: str = "16-true") -> None:
+        if precision not in ("16-true", "bf16-true"):
+            raise ValueError(f"HalfPrecision(precision={precision!r}) is not valid; use '16-true' or 'bf16-true'")
+        self.name = precision
+        self.dtype = torch.float16 if precision == "16-true" else torch.bfloat16
+
+
+class DoublePrecision(_TruePrecision):
+    """'64-true': float64 everywhere."""
+
+    name = "64-true"
+    dtype = torch.float64
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _unscales_itself(optimizer: Optimizer) -> bool:
+    # Fused torch optimizers take the scaler's inf check into their own step and unscale there.
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def canonical_precision(value: Any) -> str:
+    """Lightning's canonical name for a `precision` value (an alias such as 16 or 'bf16' included)."""
     if value is None:
-        return Precision()
+        return "32-true"
     # Only ints and strings name a precision: True would hash like 1, and 32.0 like 32.
     valid_type = isinstance(value, (int, str)) and not isinstance(value, bool)
+    if valid_type and value in _NOT_SUPPORTED:
+        raise ValueError(f"precision={value!r} (NVIDIA Transformer Engine) is not supported; use one of: {_ALLOWED}")
     canonical = _LIGHTNING_PRECISIONS.get(value) if valid_type else None
-    if canonical == "32-true":
-        return Precision()
-    if canonical is not None:
-        alias = "" if value == canonical else f" (Lightning's alias of {canonical!r})"
-        raise ValueError(f"precision={value!r}{alias} is recognised but not supported yet; supported: {_SUPPORTED}")
-    raise ValueError(f"precision={value!r} is not a known precision; supported: {_SUPPORTED}")
+    if canonical is None:
+        raise ValueError(f"precision={value!r} is not a known precision; use one of: {_ALLOWED}")
+    return canonical
+
+
+def resolve_precision(value: Any, device_type: str = "cpu") -> Precision:
+    """Map a Trainer `precision` value to its plugin, for an accelerator of `device_type` ('cpu' or 'cuda')."""
+    canonical = canonical_precision(value)
+    if canonical == "16-mixed" and device_type == "cpu":
+        warnings.warn(
+            f"precision={value!r} asks for float16 mixed precision, which is not supported on the CPU; "
+            "running with precision='bf16-mixed' instead",
+            UserWarning,
+            stacklevel=2,
+        )
+        canonical = "bf16-mixed"
+    if canonical in ("16-mixed", "bf16-mixed"):
+        return MixedPrecision(canonical, device_type)
+    if canonical in ("16-true", "bf16-true"):
+        return HalfPrecision(canonical)
+    if canonical == "64-true":
+        return DoublePrecision()
+    return Precision()

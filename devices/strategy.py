@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import torch
@@ -13,7 +14,8 @@ from torch.optim import Optimizer
 from devices import checkpoint_io
 from devices.accelerators import Accelerator
 from devices.checkpoint_io import PathLike
-from devices.precision import Precision
+from devices.empty_init import EmptyInit
+from devices.precision import Precision, StepClosure
 from devices.transfer import move_optimizer_state, move_to_device
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -106,8 +108,17 @@ class Strategy(ABC):
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         self.precision.backward(loss, *args, **kwargs)
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
+    def optimizer_step(self, optimizer: Optimizer, closure: StepClosure, **kwargs: Any) -> Any:
         return self.precision.optimizer_step(optimizer, closure, **kwargs)
+
+    @contextmanager
+    def tensor_init_context(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Tensors created inside are born on this process's device, in the precision's dtype.
+
+        `empty_init=True` also skips the `torch.nn.init` calls (for weights a checkpoint will replace).
+        """
+        with EmptyInit(enabled=bool(empty_init)), self.root_device, self.precision.tensor_init_context():
+            yield
 
     def teardown(self, module: nn.Module | None = None, optimizers: Iterable[Optimizer] = ()) -> None:
         """Leave the module and optimizer state on the CPU (on_fit_end sees them there); free the device."""

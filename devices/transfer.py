@@ -1,11 +1,11 @@
-"""Moving a batch (tensors nested in any usual Python structure) onto a device."""
+"""Moving a batch (tensors nested in any usual Python structure) onto a device, or casting its floats."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -37,30 +37,54 @@ def _already_there(data: Any, device: torch.device) -> bool:
     return False
 
 
+def convert_floating(data: Any, dtype: torch.dtype) -> Any:
+    """Return `data` with every floating-point tensor cast to `dtype`; integer and bool tensors stay as they are.
+
+    Containers are rebuilt as in `move_to_device`; other objects, even those with a `.to` method, are left alone.
+    """
+    if _already_converted(data, dtype):
+        return data
+    return _walk(data, lambda tensor: tensor.to(dtype) if tensor.is_floating_point() else tensor, None)
+
+
+def _already_converted(data: Any, dtype: torch.dtype) -> bool:
+    """The per-batch fast path: a tensor, or a flat tuple/list of tensors, that needs no cast."""
+    kind = type(data)
+    if kind is Tensor:
+        return data.dtype == dtype or not data.is_floating_point()
+    if kind is tuple or kind is list:
+        return all(type(item) is Tensor and (item.dtype == dtype or not item.is_floating_point()) for item in data)
+    return False
+
+
 def _move(data: Any, device: torch.device, non_blocking: bool) -> Any:
+    # The object knows best how to move itself (e.g. a tokenizer's BatchEncoding).
+    return _walk(data, lambda tensor: tensor.to(device, non_blocking=non_blocking), lambda obj: obj.to(device))
+
+
+def _walk(data: Any, on_tensor: Callable[[Tensor], Any], on_movable: Callable[[Any], Any] | None) -> Any:
+    """Apply `on_tensor` to every tensor in `data`, and `on_movable` (when given) to objects with a `.to`."""
     if isinstance(data, Tensor):
-        return data.to(device, non_blocking=non_blocking)
+        return on_tensor(data)
     if isinstance(data, (str, bytes)):
         return data  # sequences of themselves: recursing would never end
-    to = None if isinstance(data, type) else getattr(data, "to", None)
-    if callable(to):
-        # The object knows best how to move itself (e.g. a tokenizer's BatchEncoding).
-        return to(device)
+    if on_movable is not None and not isinstance(data, type) and callable(getattr(data, "to", None)):
+        return on_movable(data)
     if isinstance(data, Mapping):
-        items = [(key, _move(value, device, non_blocking)) for key, value in data.items()]
+        items = [(key, _walk(value, on_tensor, on_movable)) for key, value in data.items()]
         if isinstance(data, defaultdict):
             return type(data)(data.default_factory, items)
         return _rebuild(data, items)
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return _rebuild(data, [_move(item, device, non_blocking) for item in data], unpack=True)
+        return _rebuild(data, [_walk(item, on_tensor, on_movable) for item in data], unpack=True)
     if isinstance(data, (list, tuple)):
-        return _rebuild(data, [_move(item, device, non_blocking) for item in data])
+        return _rebuild(data, [_walk(item, on_tensor, on_movable) for item in data])
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        moved = copy.copy(data)
+        walked = copy.copy(data)
         for field in dataclasses.fields(data):
             # object.__setattr__ also works for frozen dataclasses; the copy is ours to change.
-            object.__setattr__(moved, field.name, _move(getattr(data, field.name), device, non_blocking))
-        return moved
+            object.__setattr__(walked, field.name, _walk(getattr(data, field.name), on_tensor, on_movable))
+        return walked
     return data
 
 
@@ -70,7 +94,7 @@ def _rebuild(original: Any, items: list[Any], unpack: bool = False) -> Any:
         return kind(*items) if unpack else kind(items)
     except TypeError as error:
         raise TypeError(
-            f"cannot rebuild a batch element of type {kind.__qualname__} after moving its tensors: its "
+            f"cannot rebuild a batch element of type {kind.__qualname__} after moving or casting its tensors: its "
             "constructor does not take its items; give it a .to(device) method or override "
             "transfer_batch_to_device"
         ) from error

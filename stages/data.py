@@ -162,15 +162,17 @@ def transfer(trainer: Any, batch: Any, dataloader_idx: int) -> Any:
     hooks = trainer._hooks
     datamodule = trainer.datamodule
     device = trainer.strategy.root_device
+    # A true precision (e.g. bf16-true) casts the floating-point inputs after the hooks, as the step sees them.
+    convert_input = trainer.strategy.precision.convert_input
     if datamodule is None and not hooks.module_overrides_any(_TRANSFER_HOOKS):
-        return trainer.strategy.batch_to_device(batch, device)  # what the three defaults amount to
+        return convert_input(trainer.strategy.batch_to_device(batch, device))  # what the three defaults amount to
     for name in _TRANSFER_HOOKS:
         args = (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
         if datamodule is not None and is_overridden(name, datamodule, LightningDataModule):
             batch = getattr(datamodule, name)(*args)
         elif name == "transfer_batch_to_device" or hooks.module_overrides(name):
             batch = hooks.module(name, *args)
-    return batch
+    return convert_input(batch)
 
 
 def without_shuffling(loader: Any) -> Any:

@@ -224,13 +224,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
         algorithm = gradient_clip_algorithm or trainer.gradient_clip_algorithm or "norm"
         if algorithm not in ("norm", "value"):
             raise MisconfigurationException(f"gradient_clip_algorithm={algorithm!r} must be 'norm' or 'value'")
-        if value <= 0:
-            return
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if algorithm == "value":
-            torch.nn.utils.clip_grad_value_(params, value)
-        else:
-            torch.nn.utils.clip_grad_norm_(params, value)
+        trainer.strategy.precision.clip_gradients(optimizer, value, algorithm)
 
     def configure_optimizers(self) -> Any:
         raise MisconfigurationException(f"{type(self).__name__} must implement configure_optimizers() to be fit")

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from devices.precision import StepClosure
 from stages.exceptions import MisconfigurationException
 
 _SCHEDULER_KEYS = {
@@ -119,6 +120,10 @@ def _checked(optimizers: list[Any]) -> list[Optimizer]:
     return optimizers
 
 
+def _nothing() -> None:
+    """The closure of a manual `optimizer.step()` called without one: the user already ran backward."""
+
+
 class LightningOptimizer:
     """Wraps a torch optimizer so `step` runs the pre-step hooks and counts towards `global_step`."""
 
@@ -170,6 +175,8 @@ class Optimization:
 
     def run_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         hooks = self.trainer._hooks
+        # A gradient scaler multiplies the loss first: the backward hooks see what is backpropagated.
+        loss = self.trainer.strategy.precision.pre_backward(loss)
         hooks.callbacks("on_before_backward", loss)
         hooks.module("on_before_backward", loss)
         hooks.module("backward", loss, *args, **kwargs)
@@ -181,11 +188,11 @@ class Optimization:
         trainer = self.trainer
         optimizer = wrapped.optimizer
 
-        def closure_then_hooks() -> Any:
-            result = closure() if closure is not None else None
+        module = trainer.lightning_module
+
+        def before_update() -> None:
             trainer._hooks.callbacks("on_before_optimizer_step", optimizer)
             trainer._hooks.module("on_before_optimizer_step", optimizer)
-            module = trainer.lightning_module
             clipping = trainer.gradient_clip_val or trainer._hooks.module_overrides("configure_gradient_clipping")
             if module.automatic_optimization and clipping:
                 trainer._hooks.module(
@@ -194,9 +201,10 @@ class Optimization:
                     gradient_clip_val=trainer.gradient_clip_val,
                     gradient_clip_algorithm=trainer.gradient_clip_algorithm,
                 )
-            return result
 
-        output = trainer.strategy.optimizer_step(optimizer, closure_then_hooks, **kwargs)
+        # The precision decides what happens between the two parts (a gradient scaler unscales there).
+        step_closure = StepClosure(closure or _nothing, before_update, automatic=module.automatic_optimization)
+        output = trainer.strategy.optimizer_step(optimizer, step_closure, **kwargs)
         trainer.fit_loop.on_optimizer_stepped()
         return output
 

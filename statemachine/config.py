@@ -181,7 +181,7 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"deterministic={value!r} must be None, True, False or 'warn'")
         return value
 
-    @field_validator("profiler", "plugins", "model_registry")
+    @field_validator("profiler", "model_registry")
     @classmethod
     def _not_built(cls, value: Any, info: Any) -> Any:
         if value is not None:

@@ -7,7 +7,8 @@ import inspect
 import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -647,6 +648,19 @@ class Trainer:
         return self.strategy.precision.name
 
     @property
+    def precision_plugin(self) -> devices.Precision:
+        return self.strategy.precision
+
+    @contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Build the model inside: its tensors are created on the run's device, in the precision's dtype.
+
+        `empty_init=True` skips the weight initialisation, for weights a checkpoint will overwrite.
+        """
+        with self.strategy.tensor_init_context(empty_init=empty_init):
+            yield
+
+    @property
     def world_size(self) -> int:
         return self.strategy.world_size
 
@@ -717,6 +731,7 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
             strategy=arguments["strategy"],
             precision=arguments["precision"],
             num_nodes=arguments["num_nodes"],
+            plugins=arguments["plugins"],
         )
     except ValueError as error:
         problems += [f"  {line.strip()}" for line in str(error).splitlines() if line.strip()]

@@ -20,6 +20,7 @@ from devices import (
     CUDAAccelerator,
     Precision,
     SingleDeviceStrategy,
+    StepClosure,
     connect,
     load_checkpoint,
     remove_checkpoint,
@@ -157,32 +158,9 @@ def test_32_true_and_its_aliases_resolve(value: Any) -> None:
     assert isinstance(plugin, Precision) and plugin.name == "32-true"
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "64-true",
-        "64",
-        64,
-        "16-mixed",
-        "16",
-        16,
-        "bf16-mixed",
-        "bf16",
-        "bf16-true",
-        "16-true",
-        "transformer-engine",
-    ],
-)
-def test_lightning_precisions_not_built_are_refused_by_name(value: Any) -> None:
-    with pytest.raises(ValueError, match="recognised but not supported yet") as info:
-        resolve_precision(value)
-    assert repr(value) in str(info.value)
-    assert "'32-true'" in str(info.value)
-
-
-@pytest.mark.parametrize("value", ["fp8", 8, True, 32.0, "32-TRUE", [32]])
+@pytest.mark.parametrize("value", ["fp8", 8, True, 32.0, "32-TRUE", [32], "transformer-engine"])
 def test_unknown_precisions_list_allowed_values(value: Any) -> None:
-    with pytest.raises(ValueError, match="not a known precision") as info:
+    with pytest.raises(ValueError, match="use one of") as info:
         resolve_precision(value)
     assert repr(value) in str(info.value) and "'32-true'" in str(info.value)
 
@@ -201,7 +179,7 @@ def test_precision_plugin_runs_backward_and_step() -> None:
         plugin.backward(loss)
         return loss
 
-    returned = plugin.optimizer_step(optimizer, closure)
+    returned = plugin.optimizer_step(optimizer, StepClosure(closure, lambda: None, automatic=True))
     assert isinstance(returned, torch.Tensor)
     assert not torch.equal(before, model.weight)
     assert plugin.state_dict() == {}
@@ -502,7 +480,7 @@ def test_connect_refuses_multi_process_on_cpu(kwargs: dict[str, Any], needle: st
         ({"accelerator": "tpu-ish"}, "accelerator='tpu-ish'"),
         ({"strategy": "horovod"}, "strategy='horovod'"),
         ({"num_nodes": 0}, "num_nodes=0"),
-        ({"precision": "16-mixed"}, "precision='16-mixed'"),
+        ({"precision": "16-mixd"}, "precision='16-mixd'"),
     ],
 )
 def test_connect_refuses_nonsense_and_lists_allowed_values(kwargs: dict[str, Any], needle: str) -> None:
@@ -538,9 +516,9 @@ def test_connect_refuses_mps_as_not_yet_supported() -> None:
 
 def test_connect_reports_every_bad_flag_at_once() -> None:
     with pytest.raises(ValueError) as info:
-        connect("cpu", devices=0, strategy="ddp", precision="bf16", num_nodes=0)
+        connect("cpu", devices=0, strategy="ddp", precision="bf15", num_nodes=0)
     message = str(info.value)
-    for needle in ("devices=0", "strategy='ddp'", "precision='bf16'", "num_nodes=0"):
+    for needle in ("devices=0", "strategy='ddp'", "precision='bf15'", "num_nodes=0"):
         assert needle in message
 
 

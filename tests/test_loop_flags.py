@@ -733,7 +733,6 @@ def test_one_error_names_every_bad_field() -> None:
         {"plugins": [object()]},
         {"sync_batchnorm": True},
         {"strategy": "ddp"},
-        {"precision": "16-mixed"},
     ],
 )
 def test_unbuilt_flags_are_refused_not_ignored(flag: dict[str, Any]) -> None:
