@@ -38,7 +38,11 @@ _EXPORTS = {
     "History": "statemachine.history",
     "load_history": "statemachine.history",
     "FlowError": "statemachine.machine",
+    "GuardSpec": "statemachine.table",
+    "MachineTable": "statemachine.table",
+    "StateSpec": "statemachine.table",
     "TABLE": "statemachine.table",
+    "TransitionSpec": "statemachine.table",
     "Trainer": "statemachine.trainer",
 }
 __all__ = sorted(_EXPORTS)

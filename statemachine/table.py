@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from statemachine.enums import RunningStage, TrainerFn, TrainerStatus
 
@@ -182,15 +182,18 @@ class MachineTable(BaseModel):
         ]
         declared = [*transitions, *self._interrupt_edges_for(states, transitions)]
         new_guards = {**self.guard_specs, **{key: _guard_spec(key, value) for key, value in (guards or {}).items()}}
-        return MachineTable(
-            name=name or f"{self.name}+",
-            initial=self.initial,
-            states=(*self.states, *states),
-            transitions=tuple(_merge_candidates(kept, declared)),
-            guards=tuple(new_guards.values()),
-            callbacks={**self.callbacks, **{key: _path_of(value) for key, value in (callbacks or {}).items()}},
-            handlers={**self.handlers, **{key: _path_of(value) for key, value in (handlers or {}).items()}},
-        )
+        try:
+            return MachineTable(
+                name=name or f"{self.name}+",
+                initial=self.initial,
+                states=(*self.states, *states),
+                transitions=tuple(_merge_candidates(kept, declared)),
+                guards=tuple(new_guards.values()),
+                callbacks={**self.callbacks, **{key: _path_of(value) for key, value in (callbacks or {}).items()}},
+                handlers={**self.handlers, **{key: _path_of(value) for key, value in (handlers or {}).items()}},
+            )
+        except ValidationError as error:
+            raise ValueError("\n".join(item["msg"].removeprefix("Value error, ") for item in error.errors())) from None
 
     def _interrupt_edges_for(
         self, states: Sequence[StateSpec], transitions: Sequence[TransitionSpec]
@@ -257,13 +260,16 @@ class MachineTable(BaseModel):
         return problems
 
     def _reachability_problems(self, names: list[str]) -> list[str]:
+        """Every state is reachable, and every running state can end normally: reach a resting state without
+        an `interrupt` (an interrupt edge leaves every running state, so it proves nothing)."""
         edges = [(t.source, t.dest) for t in self.transitions]
         reachable = _closure({self.initial}, edges)
         problems = [f"state {name!r} is unreachable from {self.initial!r}" for name in names if name not in reachable]
         resting = {state.name for state in self.states if state.resting}
+        normal = [(t.source, t.dest) for t in self.transitions if t.trigger != "interrupt"]
         for name in names:
-            if not (_closure({name}, edges) & (resting - {name}) or name in resting):
-                problems.append(f"state {name!r} cannot reach a resting state")
+            if name not in resting and not _closure({name}, normal) & resting:
+                problems.append(f"state {name!r} cannot reach a resting state without an interrupt")
         return problems
 
 
