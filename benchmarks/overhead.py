@@ -1,26 +1,26 @@
-"""Per-step overhead of `statemachine.Trainer` against a plain PyTorch loop, in one process.
+"""Per-step overhead of `statemachine.Trainer` against a plain PyTorch loop doing the same work, in one process.
 
-A tiny MLP (32 -> 64 -> 10), batch 32, about 1000 optimizer steps per run. Both sides read the same pre-built
-batches (or, with `--source dataloader`, the same DataLoader over an in-memory TensorDataset) and make the same
-calls: forward, `zero_grad`, backward, `step`. The Trainer runs with progress bar, logger, checkpointing, model
-summary and the sanity check off. After a warm-up of each, the two alternate for `--rounds` rounds (the first
-of each pair alternates too); the table shows the median time per run, per step, and the ratio trainer/plain.
+A tiny MLP (32 -> 64 -> 2), batch 32, 1280 optimizer steps per run, one torch thread. Both sides read the same
+pre-built batches. Configurations:
 
-    python benchmarks/overhead.py [--steps 1000] [--rounds 5] [--json PATH] [--profile N]
+- `off`: logger, checkpointing, progress bar, model summary and sanity check off; no validation.
+- `log`: as `off`, plus one `self.log("train_loss", loss, prog_bar=True)` per training step.
+- `defaults`: Lightning's defaults on (TensorBoard logger, a checkpoint at the epoch end, model summary, sanity
+  check; `self.log` per step; the progress bar off, as it is when the output is not a terminal), with a
+  2-batch validation at the epoch end, which the plain loop runs too.
 
-Trainer times include building the Trainer and `fit`'s setup and teardown (fixed costs, spread over the steps);
-plain times include building the optimizer. `--profile N` runs the trainer once more under cProfile and prints
-the N functions with the highest own time (tottime), with their cost per training batch.
+After a warm-up of each, trainer and plain runs alternate for `--rounds` rounds; the table shows medians and the
+ratio of medians trainer/plain. `--log-calls` times `self.log` itself: N calls inside one training step.
+
+    python benchmarks/overhead.py [--steps 1280] [--rounds 9] [--configs off,log,defaults] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
 import json
 import platform
-import pstats
 import statistics
 import tempfile
 import time
@@ -30,11 +30,11 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, TensorDataset
 
 import statemachine as L
 
-IN_FEATURES, HIDDEN, CLASSES, BATCH_SIZE, LR = 32, 64, 10, 32, 0.01
+IN_FEATURES, HIDDEN, CLASSES, BATCH_SIZE, LR = 32, 64, 2, 32, 0.01
+VAL_BATCHES = 2
 Batch = tuple[Tensor, Tensor]
 
 
@@ -51,12 +51,10 @@ class PrebuiltBatches:
         return iter(self.batches)
 
 
-def make_data(steps: int, source: str) -> PrebuiltBatches | DataLoader:
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(steps * BATCH_SIZE, IN_FEATURES, generator=generator)
-    y = torch.randint(0, CLASSES, (steps * BATCH_SIZE,), generator=generator)
-    if source == "dataloader":
-        return DataLoader(TensorDataset(x, y), batch_size=BATCH_SIZE, shuffle=False)
+def make_batches(count: int, seed: int) -> PrebuiltBatches:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count * BATCH_SIZE, IN_FEATURES, generator=generator)
+    y = torch.randint(0, CLASSES, (count * BATCH_SIZE,), generator=generator)
     return PrebuiltBatches(list(zip(x.split(BATCH_SIZE), y.split(BATCH_SIZE))))
 
 
@@ -66,150 +64,195 @@ def make_mlp() -> nn.Sequential:
 
 
 class MLPModule(L.LightningModule):
-    def __init__(self, data: PrebuiltBatches | DataLoader) -> None:
+    def __init__(self, train: PrebuiltBatches, val: PrebuiltBatches | None, log: bool) -> None:
         super().__init__()
         self.net = make_mlp()
-        self._data = data
+        self._train, self._val, self._log = train, val, log
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         x, y = batch
-        return nn.functional.cross_entropy(self.net(x), y)
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        if self._log:
+            self.log("train_loss", loss, prog_bar=True)
+        return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.net.parameters(), lr=LR)
 
-    def train_dataloader(self) -> PrebuiltBatches | DataLoader:
-        return self._data
+    def train_dataloader(self) -> PrebuiltBatches:
+        return self._train
 
 
-def run_trainer(data: PrebuiltBatches | DataLoader, root: str) -> int:
-    model = MLPModule(data)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=root,
-    )
+class ValidatingMLP(MLPModule):
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self.net(x), y))
+
+    def val_dataloader(self) -> PrebuiltBatches:
+        assert self._val is not None
+        return self._val
+
+
+def run_trainer(config: str, train: PrebuiltBatches, val: PrebuiltBatches, root: str) -> int:
+    if config == "defaults":
+        model: MLPModule = ValidatingMLP(train, val, log=True)
+        trainer = L.Trainer(accelerator="cpu", max_epochs=1, enable_progress_bar=False, default_root_dir=root)
+    else:
+        model = MLPModule(train, None, log=config == "log")
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            default_root_dir=root,
+        )
     trainer.fit(model)
     return int(trainer.global_step)
 
 
-def run_plain(data: PrebuiltBatches | DataLoader, root: str) -> int:
-    """The calls Lightning makes for one automatic-optimization batch, in its order (reference 5.2)."""
+def run_plain(config: str, train: PrebuiltBatches, val: PrebuiltBatches, root: str) -> int:
+    """The calls Lightning makes for one automatic-optimization batch, in its order, and the same validation."""
     net = make_mlp()
     optimizer = torch.optim.SGD(net.parameters(), lr=LR)
     net.train()
     steps = 0
-    for x, y in data:
+    for x, y in train:
         with torch.enable_grad():
             loss = nn.functional.cross_entropy(net(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         steps += 1
+    if config == "defaults":
+        net.eval()
+        with torch.no_grad():
+            losses = [nn.functional.cross_entropy(net(x), y) for x, y in val]
+        net.train()
+        float(torch.stack(losses).mean())
     return steps
 
 
-def timed(run: Callable[[Any, str], int], data: PrebuiltBatches | DataLoader, root: str) -> tuple[float, int]:
+class LogTimer(MLPModule):
+    """Times `calls` calls of one `self.log` inside a training step (the trainer is in its real logging state)."""
+
+    def __init__(self, train: PrebuiltBatches, calls: int, **options: Any) -> None:
+        super().__init__(train, None, log=False)
+        self.calls, self.options, self.seconds = calls, options, 0.0
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx == 3:
+            value = loss.detach()
+            start = time.perf_counter()
+            for _ in range(self.calls):
+                self.log("timed", value, **self.options)
+            self.seconds = time.perf_counter() - start
+        return loss
+
+
+def time_log_calls(calls: int, root: str) -> dict[str, float]:
+    """Microseconds per `self.log` call, for the common forms."""
+    forms = {
+        "prog_bar=True": {"prog_bar": True},
+        "default": {},
+        "on_epoch=True": {"on_epoch": True},
+    }
+    result = {}
+    for label, options in forms.items():
+        samples = []
+        for _ in range(3):
+            model = LogTimer(make_batches(8, seed=1), calls, **options)
+            trainer = L.Trainer(
+                max_epochs=1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                default_root_dir=root,
+            )
+            trainer.fit(model)
+            samples.append(model.seconds / calls * 1e6)
+        result[label] = statistics.median(samples)
+    return result
+
+
+def timed(run: Callable[[], int]) -> tuple[float, int]:
     gc.collect()
     start = time.perf_counter()
-    steps = run(data, root)
+    steps = run()
     return time.perf_counter() - start, steps
 
 
-def profile_trainer(data: PrebuiltBatches | DataLoader, root: str, steps: int, top: int) -> str:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    run_trainer(data, root)
-    profiler.disable()
-    stats = pstats.Stats(profiler)
-    lines = [f"cProfile of one trainer run ({steps} steps), top {top} by tottime; per batch = tottime / {steps}:"]
-    lines.append(f"{'tottime s':>10} {'us/batch':>9} {'cum us/b':>9} {'calls':>8}  function")
-    entries = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:top]
-    for (filename, line, name), (_, calls, tottime, cumtime, _) in entries:
-        where = _short(filename)
-        per_batch, cumulative = tottime / steps * 1e6, cumtime / steps * 1e6
-        lines.append(f"{tottime:10.4f} {per_batch:9.2f} {cumulative:9.2f} {calls:8d}  {where}:{line}({name})")
-    return "\n".join(lines)
-
-
-def _short(filename: str) -> str:
-    path = Path(filename)
-    for marker in ("statemachine", "stages", "devices", "torch", "transitions"):
-        if marker in path.parts:
-            index = len(path.parts) - 1 - path.parts[::-1].index(marker)
-            return "/".join(path.parts[index:])
-    return filename
+def measure(config: str, steps: int, rounds: int, root: str) -> dict[str, Any]:
+    train, val = make_batches(steps, seed=0), make_batches(VAL_BATCHES, seed=2)
+    runs = {
+        "trainer": lambda: run_trainer(config, train, val, root),
+        "plain": lambda: run_plain(config, train, val, root),
+    }
+    for name, run in runs.items():  # warm-up: imports, allocator, autograd caches
+        _, made = timed(run)
+        if made != steps:
+            raise RuntimeError(f"{name} made {made} steps, expected {steps}")
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for round_index in range(rounds):
+        order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
+        for name in order:
+            times[name].append(timed(runs[name])[0])
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "trainer_s": times["trainer"],
+        "plain_s": times["plain"],
+        "trainer_us_per_step": median["trainer"] / steps * 1e6,
+        "plain_us_per_step": median["plain"] / steps * 1e6,
+        "ratio": round(median["trainer"] / median["plain"], 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps per run (default 1000)")
-    parser.add_argument("--rounds", type=int, default=5, help="timed runs of each, alternating (default 5)")
-    parser.add_argument("--source", choices=("tensors", "dataloader"), default="tensors")
+    parser.add_argument("--steps", type=int, default=1280, help="optimizer steps per run (default 1280)")
+    parser.add_argument("--rounds", type=int, default=9, help="timed runs of each, alternating (default 9)")
+    parser.add_argument("--configs", default="off,log,defaults", help="comma-separated: off, log, defaults")
+    parser.add_argument("--log-calls", type=int, default=20000, help="self.log calls timed per form (0: skip)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, less noise)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the top N cProfile entries")
     args = parser.parse_args(argv)
+    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
+    unknown = sorted(set(configs) - {"off", "log", "defaults"})
+    if unknown:
+        parser.error(f"unknown configs {unknown}; choose from off, log, defaults")
 
     torch.set_num_threads(args.threads)
-    data = make_data(args.steps, args.source)
-    runs: dict[str, Callable[[Any, str], int]] = {"trainer": run_trainer, "plain": run_plain}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    with tempfile.TemporaryDirectory() as root:
-        for name, run in runs.items():  # warm-up: imports, allocator, autograd caches
-            _, steps = timed(run, data, root)
-            if steps != args.steps:
-                raise RuntimeError(f"{name} made {steps} steps, expected {args.steps}")
-        for round_index in range(args.rounds):
-            order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
-            for name in order:
-                seconds, _ = timed(runs[name], data, root)
-                times[name].append(seconds)
-        profile = profile_trainer(data, root, args.steps, args.profile) if args.profile else None
-
-    median = {name: statistics.median(values) for name, values in times.items()}
-    ratio = median["trainer"] / median["plain"]
-    min_ratio = min(times["trainer"]) / min(times["plain"])
-    overhead_us = (median["trainer"] - median["plain"]) / args.steps * 1e6
-    print(f"{args.steps} steps/run, {args.rounds} rounds, source={args.source}, threads={args.threads}, ", end="")
-    print(f"torch {torch.__version__}, python {platform.python_version()}")
-    print(f"{'run':<8} {'median s':>9} {'min s':>8} {'max s':>8} {'us/step':>8}")
-    for name, values in times.items():
-        per_step = median[name] / args.steps * 1e6
-        print(f"{name:<8} {median[name]:9.4f} {min(values):8.4f} {max(values):8.4f} {per_step:8.1f}")
-    print(f"overhead: {overhead_us:.1f} us/step")
-    print(f"ratio trainer/plain: {ratio:.3f}  (of medians; of minimums: {min_ratio:.3f})")
-    if profile:
-        print()
-        print(profile)
-
     result: dict[str, Any] = {
         "steps": args.steps,
         "rounds": args.rounds,
-        "source": args.source,
         "threads": args.threads,
-        "batch_size": BATCH_SIZE,
-        "model": f"{IN_FEATURES}->{HIDDEN}->{CLASSES} MLP",
+        "model": f"{IN_FEATURES}->{HIDDEN}->{CLASSES} MLP, batch {BATCH_SIZE}",
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "trainer_s": times["trainer"],
-        "plain_s": times["plain"],
-        "trainer_median_s": median["trainer"],
-        "plain_median_s": median["plain"],
-        "trainer_us_per_step": median["trainer"] / args.steps * 1e6,
-        "plain_us_per_step": median["plain"] / args.steps * 1e6,
-        "overhead_us_per_step": overhead_us,
-        "ratio": round(ratio, 3),
-        "ratio_of_minimums": round(min_ratio, 3),
+        "configs": {},
     }
+    print(f"{args.steps} steps/run, {args.rounds} rounds, threads={args.threads}, ", end="")
+    print(f"torch {torch.__version__}, python {platform.python_version()}")
+    print(f"{'config':<9} {'trainer us/step':>16} {'plain us/step':>14} {'ratio':>7}")
+    with tempfile.TemporaryDirectory() as root:
+        for config in configs:
+            numbers = measure(config, args.steps, args.rounds, root)
+            result["configs"][config] = numbers
+            print(
+                f"{config:<9} {numbers['trainer_us_per_step']:16.1f} {numbers['plain_us_per_step']:14.1f} "
+                f"{numbers['ratio']:7.3f}"
+            )
+        if args.log_calls:
+            per_call = time_log_calls(args.log_calls, root)
+            result["self_log_us_per_call"] = per_call
+            print("self.log in training_step, us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in per_call.items()))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

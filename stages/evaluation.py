@@ -1,4 +1,4 @@
-"""Evaluation: the sanity check, in-fit validation, `validate` and `test` (reference 3.4 and 4; hooks: VAL)."""
+"""Evaluation: the sanity check, in-fit validation, `validate` and `test`, with Lightning's hook order."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from stages.progress import BatchProgress
 from stages.training import SIGTERMException
 
 _NOUN = {"val": "validation", "test": "test"}
+# Per-batch hook names, built once: no string formatting inside the batch loop.
+_BATCH_HOOKS = {
+    noun: (f"on_{noun}_batch_start", f"{noun}_step", f"on_{noun}_batch_end") for noun in ("validation", "test")
+}
 
 
 def evaluate(
@@ -71,18 +75,19 @@ def _eval_batch(
     sanity: bool,
 ) -> None:
     hooks = trainer._hooks
+    batch_start, step, batch_end = _BATCH_HOOKS[noun]
     progress.increment_ready()
     batch = data.transfer(trainer, batch, dataloader_idx)
     trainer._metrics.current_batch = batch
     args = (batch, batch_idx, dataloader_idx) if num_loaders > 1 else (batch, batch_idx)
-    hooks.callbacks(f"on_{noun}_batch_start", *args)
-    hooks.module(f"on_{noun}_batch_start", *args)
+    hooks.callbacks(batch_start, *args)
+    hooks.module(batch_start, *args)
     progress.increment_started()
     with trainer.strategy.precision.forward_context():
-        output = hooks.module(f"{noun}_step", *args)
+        output = hooks.module(step, *args)
     progress.increment_processed()
-    hooks.callbacks(f"on_{noun}_batch_end", output, *args)
-    hooks.module(f"on_{noun}_batch_end", output, *args)
+    hooks.callbacks(batch_end, output, *args)
+    hooks.module(batch_end, output, *args)
     progress.increment_completed()
     if not sanity:
         trainer._metrics.step_end(kind, progress.total.completed, True)

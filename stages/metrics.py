@@ -1,4 +1,9 @@
-"""`self.log`: per-hook defaults, step values, epoch reductions, and where each value goes (reference 6)."""
+"""`self.log`: per-hook defaults, step values, epoch reductions, and where each value goes.
+
+`self.log` runs inside every step, so its path is kept short: the stage's bucket is cached by machine state,
+values stay tensors (no `.item()`, so no device sync) until something really shows them, and an entry's
+settings are resolved once, when the name is first logged in a stage.
+"""
 
 from __future__ import annotations
 
@@ -93,10 +98,13 @@ def _reduction(reduce_fx: Any) -> str:
 
 def _as_tensor(name: str, value: Any, keep_graph: bool) -> Tensor:
     if isinstance(value, Tensor):
-        if value.numel() != 1:
-            raise LogValueError(f"self.log({name!r}) needs a scalar; got a tensor of shape {tuple(value.shape)}")
-        value = value if keep_graph else value.detach()
-        return value.reshape(()).float() if not value.is_floating_point() else value.reshape(())
+        if value.ndim:
+            if value.numel() != 1:
+                raise LogValueError(f"self.log({name!r}) needs a scalar; got a tensor of shape {tuple(value.shape)}")
+            value = value.reshape(())
+        if not keep_graph:
+            value = value.detach()
+        return value if value.is_floating_point() else value.float()
     if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
         return torch.tensor(float(value))
     raise LogValueError(f"self.log({name!r}) got {type(value).__name__}; log a number or a scalar tensor")
@@ -140,6 +148,8 @@ class _Entry:
     metric: Any = None
     # the eval loader a batch hook logged this from, when there are several; None: it belongs to every loader
     dataloader_idx: int | None = None
+    step_key: str = ""  # the names it is published under, made once (no formatting per batch)
+    epoch_key: str = ""
 
     def accumulate(self, value: Tensor, batch_size: int) -> None:
         if self.total is None:
@@ -171,7 +181,8 @@ class MetricsCollector:
         self._buckets: dict[str, dict[str, _Entry]] = {"train": {}, "val": {}, "test": {}}
         self._callback: dict[str, Tensor] = {}
         self._logged: dict[str, Tensor] = {}
-        self._progress: dict[str, float] = {}
+        self._progress: dict[str, Tensor | float] = {}  # tensors until read: reading syncs the device
+        self._bucket_by_state: dict[str, dict[str, _Entry] | None] = {}
         self.current_batch: Any = None
         self.dataloader_idx = 0
         self.num_dataloaders = 1
@@ -198,7 +209,7 @@ class MetricsCollector:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        return dict(self._progress)
+        return {name: value.item() if isinstance(value, Tensor) else value for name, value in self._progress.items()}
 
     # ---- logging ----------------------------------------------------------------------------------------
 
@@ -217,17 +228,20 @@ class MetricsCollector:
         add_dataloader_idx: bool,
         batch_size: int | None,
     ) -> None:
-        bucket = self._current_bucket()
+        state = self.trainer._flow.machine_state
+        bucket = self._bucket_by_state[state] if state in self._bucket_by_state else self._bucket_for(state)
         if bucket is None:
             raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
         step, epoch = _flags(fx, on_step, on_epoch)
-        metric = value if _is_torchmetric(value) else None
+        metric = None if isinstance(value, Tensor) or not _is_torchmetric(value) else value
         tensor = _metric_step_value(value) if metric is not None else _as_tensor(name, value, enable_graph)
         if add_dataloader_idx and self.num_dataloaders > 1 and fx not in _STEP_HOOKS:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         entry = bucket.get(name)
         if entry is None:
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
+            entry.step_key = f"{name}_step" if epoch else name
+            entry.epoch_key = f"{name}_epoch" if step else name
             if self.num_dataloaders > 1 and fx in _EVAL_BATCH_HOOKS:
                 entry.dataloader_idx = self.dataloader_idx
             bucket[name] = entry
@@ -243,13 +257,15 @@ class MetricsCollector:
         return self._batch_size_cache[1]
 
     def _current_bucket(self) -> dict[str, _Entry] | None:
-        stage = self.trainer.state.stage
-        if stage is None:
-            return None
-        prefix = stage.dataloader_prefix
-        if prefix == "predict":
-            return None
-        return self._buckets.get(prefix, self._buckets["train"])
+        return self._bucket_for(self.trainer._flow.machine_state)
+
+    def _bucket_for(self, state: str) -> dict[str, _Entry] | None:
+        """The bucket a machine state logs into (None: logging is not allowed there), cached per state."""
+        stage = self.trainer._flow.table.by_name[state].stage
+        prefix = None if stage is None else stage.dataloader_prefix
+        bucket = None if prefix in (None, "predict") else self._buckets.get(prefix, self._buckets["train"])
+        self._bucket_by_state[state] = bucket
+        return bucket
 
     # ---- step and epoch boundaries ----------------------------------------------------------------------
 
@@ -260,12 +276,12 @@ class MetricsCollector:
         for name, entry in bucket.items():
             if not entry.on_step or entry.step_value is None:
                 continue
-            key = f"{name}_step" if entry.on_epoch else name
+            key = entry.step_key
             self._callback[key] = entry.step_value
             if entry.on_epoch:
                 self._callback[name] = entry.step_value
             if entry.prog_bar:
-                self._progress[key] = entry.step_value.item()
+                self._progress[key] = entry.step_value
             if entry.logger:
                 to_log[key] = entry.step_value
             entry.step_value = None
@@ -282,13 +298,13 @@ class MetricsCollector:
             value = entry.epoch_value()
             if not entry.on_epoch or value is None:
                 continue
-            key = f"{name}_epoch" if entry.on_step else name
+            key = entry.epoch_key
             reduced[name] = value
             self._reduced_loaders[name] = entry.dataloader_idx
             self._callback[name] = value
             self._callback[key] = value
             if entry.prog_bar:
-                self._progress[key] = value.item()
+                self._progress[key] = value
             if entry.logger:
                 to_log[key] = value
         for entry in bucket.values():

@@ -80,9 +80,11 @@ class Flow:
             spec.name: (binding.guards[spec.name], spec.collective == "all" if spec.collective else None)
             for spec in table.guards
         }
-        self._polls: dict[tuple[str, str], list[TransitionSpec]] = {}
+        # Per (trigger, state): each candidate's (guard name or None, negated), for the per-batch poll.
+        self._polls: dict[tuple[str, str], list[tuple[str | None, bool]]] = {}
         for spec in table.transitions:
-            self._polls.setdefault((spec.trigger, spec.source), []).append(spec)
+            self._polls.setdefault((spec.trigger, spec.source), []).append((spec.guard_name, spec.guard_negated))
+        self._multi_process = False  # read at each fire; a run's world size does not change between fires
         self._deferred: list[Callable[[], None]] = []
         _Machine(
             model=self,
@@ -115,7 +117,7 @@ class Flow:
         predicate, all_ranks = self._guards[name]
         result = predicate(self.trainer)
         value = bool(result)
-        if all_ranks is not None and self.trainer.world_size > 1:
+        if all_ranks is not None and self._multi_process:
             value = self.trainer.strategy.reduce_boolean_decision(value, all=all_ranks)
         self._coverage.record_guard(name, value)
         return value, result if isinstance(result, str) else None
@@ -123,11 +125,10 @@ class Flow:
     def poll(self, trigger: str) -> bool:
         """Evaluate the table's candidates for `trigger` here; fire the first that passes. Cheap when none does."""
         decided: dict[str, tuple[bool, str | None]] = {}
-        for spec in self._polls.get((trigger, self.machine_state), ()):
-            name = spec.guard_name
+        for name, negated in self._polls.get((trigger, self.machine_state), ()):
             if name is not None and name not in decided:
                 decided[name] = self.evaluate(name)
-            if name is None or decided[name][0] != spec.guard_negated:
+            if name is None or decided[name][0] != negated:
                 self.fire(trigger, decided=decided)
                 return True
         return False
@@ -144,6 +145,7 @@ class Flow:
         `decided` holds guard outcomes a poll already evaluated, so no guard runs twice for one decision.
         """
         trainer = self.trainer
+        self._multi_process = trainer.world_size > 1
         record = self.history.open(
             trigger,
             self.machine_state,
