@@ -6,17 +6,20 @@ calls: forward, `zero_grad`, backward, `step`. The Trainer runs with progress ba
 summary and the sanity check off. After a warm-up of each, the two alternate for `--rounds` rounds (the first
 of each pair alternates too); the table shows the median time per run, per step, and the ratio trainer/plain.
 
-    python benchmarks/overhead.py [--steps 1000] [--rounds 5] [--json PATH] [--profile N]
+    python benchmarks/overhead.py [--steps 1000] [--rounds 5] [--json PATH] [--profile N] [--profiler simple]
 
 Trainer times include building the Trainer and `fit`'s setup and teardown (fixed costs, spread over the steps);
 plain times include building the optimizer. `--profile N` runs the trainer once more under cProfile and prints
-the N functions with the highest own time (tottime), with their cost per training batch.
+the N functions with the highest own time (tottime), with their cost per training batch. `--profiler simple`
+runs the trainer with `Trainer(profiler="simple")` (its report is built but not printed), so the difference to a
+run without it is the simple profiler's cost per batch.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import json
 import platform
@@ -33,6 +36,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import statemachine as L
+from statemachine.profilers import SimpleProfiler
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH_SIZE, LR = 32, 64, 10, 32, 0.01
 Batch = tuple[Tensor, Tensor]
@@ -85,7 +89,7 @@ class MLPModule(L.LightningModule):
         return self._data
 
 
-def run_trainer(data: PrebuiltBatches | DataLoader, root: str) -> int:
+def run_trainer(data: PrebuiltBatches | DataLoader, root: str, profiler: str | None = None) -> int:
     model = MLPModule(data)
     trainer = L.Trainer(
         accelerator="cpu",
@@ -96,9 +100,18 @@ def run_trainer(data: PrebuiltBatches | DataLoader, root: str) -> int:
         enable_model_summary=False,
         num_sanity_val_steps=0,
         default_root_dir=root,
+        profiler=None if profiler is None else SilentSimpleProfiler(),
     )
     trainer.fit(model)
     return int(trainer.global_step)
+
+
+class SilentSimpleProfiler(SimpleProfiler):
+    """Builds the report (its cost counts) but does not print it."""
+
+    def describe(self) -> None:
+        self.summary()
+        self.teardown(self._stage)
 
 
 def run_plain(data: PrebuiltBatches | DataLoader, root: str) -> int:
@@ -124,10 +137,12 @@ def timed(run: Callable[[Any, str], int], data: PrebuiltBatches | DataLoader, ro
     return time.perf_counter() - start, steps
 
 
-def profile_trainer(data: PrebuiltBatches | DataLoader, root: str, steps: int, top: int) -> str:
+def profile_trainer(
+    run: Callable[[Any, str], int], data: PrebuiltBatches | DataLoader, root: str, steps: int, top: int
+) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
-    run_trainer(data, root)
+    run(data, root)
     profiler.disable()
     stats = pstats.Stats(profiler)
     lines = [f"cProfile of one trainer run ({steps} steps), top {top} by tottime; per batch = tottime / {steps}:"]
@@ -157,11 +172,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, less noise)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the top N cProfile entries")
+    parser.add_argument("--profiler", choices=("simple",), default=None, help="run the trainer with this profiler")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     data = make_data(args.steps, args.source)
-    runs: dict[str, Callable[[Any, str], int]] = {"trainer": run_trainer, "plain": run_plain}
+    trainer_run = functools.partial(run_trainer, profiler=args.profiler)
+    runs: dict[str, Callable[[Any, str], int]] = {"trainer": trainer_run, "plain": run_plain}
     times: dict[str, list[float]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as root:
         for name, run in runs.items():  # warm-up: imports, allocator, autograd caches
@@ -173,13 +190,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for name in order:
                 seconds, _ = timed(runs[name], data, root)
                 times[name].append(seconds)
-        profile = profile_trainer(data, root, args.steps, args.profile) if args.profile else None
+        profile = profile_trainer(trainer_run, data, root, args.steps, args.profile) if args.profile else None
 
     median = {name: statistics.median(values) for name, values in times.items()}
     ratio = median["trainer"] / median["plain"]
     min_ratio = min(times["trainer"]) / min(times["plain"])
     overhead_us = (median["trainer"] - median["plain"]) / args.steps * 1e6
     print(f"{args.steps} steps/run, {args.rounds} rounds, source={args.source}, threads={args.threads}, ", end="")
+    print(f"profiler={args.profiler}, ", end="")
     print(f"torch {torch.__version__}, python {platform.python_version()}")
     print(f"{'run':<8} {'median s':>9} {'min s':>8} {'max s':>8} {'us/step':>8}")
     for name, values in times.items():
@@ -196,6 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rounds": args.rounds,
         "source": args.source,
         "threads": args.threads,
+        "profiler": args.profiler,
         "batch_size": BATCH_SIZE,
         "model": f"{IN_FEATURES}->{HIDDEN}->{CLASSES} MLP",
         "torch": torch.__version__,

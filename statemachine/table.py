@@ -181,6 +181,7 @@ RESTING_SOURCES = ("idle", "finished", "interrupted")
 
 _SETUP_CHAIN = (
     "connect_model",
+    "setup_profiler",
     "configure_callbacks",
     "prepare_data",
     "call_setup_hooks",
@@ -206,6 +207,7 @@ _INTERRUPT_CHAIN = (
     "call_on_exception_hooks",
     "strategy_on_exception",
     "finalize_loggers_failed",
+    "teardown_profiler",
     "teardown_internals",
     "dump_history",
 )
@@ -300,6 +302,7 @@ _TRANSITIONS = (
             "call_on_fit_end",
             "call_teardown_hooks",
             "finalize_loggers_success",
+            "describe_profiler",
         ),
     ),
     *(
@@ -307,7 +310,7 @@ _TRANSITIONS = (
             trigger="finish",
             source=source,
             dest="finished",
-            before=("teardown_internals", "call_teardown_hooks", "finalize_loggers_success"),
+            before=("teardown_internals", "call_teardown_hooks", "finalize_loggers_success", "describe_profiler"),
         )
         for source in ("validating", "testing", "predicting")
     ),

@@ -24,19 +24,21 @@ from stages.callbacks.timer import Timer, parse_duration
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
-from stages.hooks import HookRunner, is_overridden
+from stages.hooks import is_overridden
 from stages.loggers import DummyLogger, Logger, TensorBoardLogger
 from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
-from statemachine import guards
+from statemachine import guards, profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.enums import RunningStage, TrainerFn, TrainerState
 from statemachine.handlers import resolve_handler
 from statemachine.history import TransitionRecord
 from statemachine.machine import Flow
+from statemachine.profilers import Profiler
+from statemachine.profilers.runner import active_profiler, hook_runner
 from statemachine.signals import SignalConnector
 
 _log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ class Trainer:
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
-        profiler: Any = None,
+        profiler: Profiler | str | None = None,
         detect_anomaly: bool = False,
         barebones: bool = False,
         plugins: Any = None,
@@ -124,7 +126,9 @@ class Trainer:
         config, self.strategy = _validated(arguments)
         self._apply_flags(config)
         self._guards = guards.GUARDS
-        self._hooks = HookRunner(self)
+        self.profiler = profilers.resolve(config.profiler)
+        self._active_profiler = active_profiler(self.profiler)  # None when off: the loops time nothing
+        self._hooks = hook_runner(self, self.profiler)
         self._metrics = MetricsCollector(self)
         self._optimization = Optimization(self)
         self._signals = SignalConnector(self)
