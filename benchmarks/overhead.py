@@ -11,8 +11,8 @@ of each pair alternates too); the table shows the median time per run, per step,
 Trainer times include building the Trainer and `fit`'s setup and teardown (fixed costs, spread over the steps);
 plain times include building the optimizer. `--profile N` runs the trainer once more under cProfile and prints
 the N functions with the highest own time (tottime), with their cost per training batch. `--profiler simple`
-runs the trainer with `Trainer(profiler="simple")` (its report is built but not printed), so the difference to a
-run without it is the simple profiler's cost per batch.
+adds a third run, the trainer with `Trainer(profiler="simple")` (its report is built but not printed), alternating
+with the other two; the difference of its time to the trainer's is the simple profiler's cost per batch.
 """
 
 from __future__ import annotations
@@ -172,13 +172,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, less noise)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the top N cProfile entries")
-    parser.add_argument("--profiler", choices=("simple",), default=None, help="run the trainer with this profiler")
+    parser.add_argument("--profiler", choices=("simple",), default=None, help="also time the trainer with it")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     data = make_data(args.steps, args.source)
-    trainer_run = functools.partial(run_trainer, profiler=args.profiler)
-    runs: dict[str, Callable[[Any, str], int]] = {"trainer": trainer_run, "plain": run_plain}
+    runs: dict[str, Callable[[Any, str], int]] = {"trainer": run_trainer, "plain": run_plain}
+    profiled = f"+{args.profiler}"
+    if args.profiler:
+        runs[profiled] = functools.partial(run_trainer, profiler=args.profiler)
     times: dict[str, list[float]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as root:
         for name, run in runs.items():  # warm-up: imports, allocator, autograd caches
@@ -186,25 +188,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if steps != args.steps:
                 raise RuntimeError(f"{name} made {steps} steps, expected {args.steps}")
         for round_index in range(args.rounds):
-            order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
+            shift = round_index % len(runs)
+            order = list(runs)[shift:] + list(runs)[:shift]
             for name in order:
                 seconds, _ = timed(runs[name], data, root)
                 times[name].append(seconds)
-        profile = profile_trainer(trainer_run, data, root, args.steps, args.profile) if args.profile else None
+        profiled_run = runs[profiled] if args.profiler else run_trainer
+        profile = profile_trainer(profiled_run, data, root, args.steps, args.profile) if args.profile else None
 
     median = {name: statistics.median(values) for name, values in times.items()}
     ratio = median["trainer"] / median["plain"]
     min_ratio = min(times["trainer"]) / min(times["plain"])
     overhead_us = (median["trainer"] - median["plain"]) / args.steps * 1e6
     print(f"{args.steps} steps/run, {args.rounds} rounds, source={args.source}, threads={args.threads}, ", end="")
-    print(f"profiler={args.profiler}, ", end="")
     print(f"torch {torch.__version__}, python {platform.python_version()}")
-    print(f"{'run':<8} {'median s':>9} {'min s':>8} {'max s':>8} {'us/step':>8}")
+    print(f"{'run':<9} {'median s':>9} {'min s':>8} {'max s':>8} {'us/step':>8}")
     for name, values in times.items():
         per_step = median[name] / args.steps * 1e6
-        print(f"{name:<8} {median[name]:9.4f} {min(values):8.4f} {max(values):8.4f} {per_step:8.1f}")
+        print(f"{name:<9} {median[name]:9.4f} {min(values):8.4f} {max(values):8.4f} {per_step:8.1f}")
     print(f"overhead: {overhead_us:.1f} us/step")
     print(f"ratio trainer/plain: {ratio:.3f}  (of medians; of minimums: {min_ratio:.3f})")
+    profiler_us = None
+    if args.profiler:
+        profiler_us = (median[profiled] - median["trainer"]) / args.steps * 1e6
+        min_profiler_us = (min(times[profiled]) - min(times["trainer"])) / args.steps * 1e6
+        print(
+            f"{args.profiler} profiler: {profiler_us:+.1f} us/step  (of medians; of minimums: {min_profiler_us:+.1f})"
+        )
     if profile:
         print()
         print(profile)
@@ -229,6 +239,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio": round(ratio, 3),
         "ratio_of_minimums": round(min_ratio, 3),
     }
+    if args.profiler:
+        result[f"trainer{profiled}_s"] = times[profiled]
+        result["profiler_us_per_step"] = profiler_us
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
