@@ -145,21 +145,28 @@ def test_trainer_callbacks_and_logger_arguments_parse(tmp_path: Path) -> None:
         '"mode": "max", "filename": "{epoch}-{val_loss:.2f}"}}, '
         '{"class_path": "EarlyStopping", "init_args": {"monitor": "val_loss", "patience": 4}}]'
     )
-    logger = f'{{"class_path": "CSVLogger", "init_args": {{"save_dir": "{tmp_path}", "name": "csv"}}}}'
+    logger = (
+        f'[{{"class_path": "CSVLogger", "init_args": {{"save_dir": "{tmp_path}", "name": "csv"}}}}, '
+        f'{{"class_path": "TensorBoardLogger", "init_args": {{"save_dir": "{tmp_path}", "default_hp_metric": false}}}}]'
+    )
+    profiler = '{"class_path": "statemachine.profilers.SimpleProfiler", "init_args": {"filename": "perf"}}'
     cli = LightningCLI(
         TinyModel,
         TinyData,
         run=False,
         save_config_callback=None,
-        args=[f"--trainer.callbacks={callbacks}", f"--trainer.logger={logger}", "--trainer.profiler=simple"],
+        args=[f"--trainer.callbacks={callbacks}", f"--trainer.logger={logger}", f"--trainer.profiler={profiler}"],
     )
     checkpoint = cli.trainer.checkpoint_callback
     assert (checkpoint.monitor, checkpoint.save_top_k, checkpoint.mode) == ("val_loss", 2, "max")
     assert checkpoint.filename == "{epoch}-{val_loss:.2f}"
     assert cli.trainer.early_stopping_callback.patience == 4
-    assert isinstance(cli.trainer.logger, L.CSVLogger)
-    assert cli.trainer.logger.name == "csv" and cli.trainer.logger.save_dir == str(tmp_path)
-    assert type(cli.trainer.profiler).__name__ == "SimpleProfiler"
+    csv, tensorboard = cli.trainer.loggers
+    assert isinstance(csv, L.CSVLogger) and csv.name == "csv" and csv.save_dir == str(tmp_path)
+    assert isinstance(tensorboard, L.TensorBoardLogger) and tensorboard.save_dir == str(tmp_path)
+    assert type(cli.trainer.profiler).__name__ == "SimpleProfiler" and cli.trainer.profiler.filename == "perf"
+    cli = LightningCLI(TinyModel, TinyData, run=False, args=["--trainer.profiler=advanced"])
+    assert type(cli.trainer.profiler).__name__ == "AdvancedProfiler"
 
 
 def test_seed_everything(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ class PyTorchProfiler(Profiler):
         self._stop_profiler()
         events = self.profiler.key_averages(group_by_input_shape=self.group_by_input_shapes)
         cuda = torch.profiler.ProfilerActivity.CUDA in self.profiler.activities
-        sort_by = self.sort_by_key or ("cuda_time_total" if cuda else "cpu_time_total")
+        sort_by = self.sort_by_key or ("device_time_total" if cuda else "cpu_time_total")
         table = events.table(sort_by=sort_by, row_limit=self.row_limit, **self.table_kwargs)
         return f"{self._title()}\n\n{table}"
 
@@ -107,7 +107,7 @@ class PyTorchProfiler(Profiler):
         for handle in self._module_hooks:
             handle.remove()
         self._module_hooks.clear()
-        if self._recording:
+        if self._recording and self.profiler is not None:
             self._recording = False
             self.profiler.stop()
 

@@ -48,7 +48,8 @@ class SimpleProfiler(Profiler):
     def add_machine_timings(self, records: Sequence[TransitionRecord]) -> None:
         """Each transition and each transition callback of the run, from the history's own timings.
 
-        The machine already times its callbacks, so reading them here adds nothing to the run itself.
+        The machine already times its callbacks, so reading them here adds nothing to the run itself. The
+        transition that ends the run is still in progress: it counts the callbacks that ran before the report.
         """
         for record in records:
             if record.transition is None:
