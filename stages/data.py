@@ -121,16 +121,19 @@ def fetch(
     num_batches: int | float,
     start: int = 0,
     positioned: Callable[[], None] | None = None,
+    profiler: Any = None,
+    action: str = "",
 ) -> Iterator[tuple[int, Any, bool]]:
     """Yield `(batch_idx, batch, is_last)`, knowing `is_last` before the batch runs (one batch prefetched).
 
     A resumed epoch continues its count at `start`. With `positioned`, the `start` batches it already ran are drawn
     from the loader and dropped, and `positioned()` runs once the next batch is in hand, where the saving run stood
     (reference 9.4). Without it the loader starts over and only the remaining number runs (Lightning's rule).
+    With a `profiler`, every `next` on the loader is timed as `action` (decided here once per epoch).
     """
     if num_batches <= start:
         return
-    iterator = iter(loader)
+    iterator = iter(loader) if profiler is None else _ProfiledIterator(iter(loader), profiler, action)
     try:
         for _ in range(start if positioned is not None else 0):
             next(iterator)
@@ -152,6 +155,21 @@ def fetch(
         yield index, upcoming, False
         upcoming = following
         index += 1
+
+
+class _ProfiledIterator:
+    def __init__(self, iterator: Iterator[Any], profiler: Any, action: str) -> None:
+        self.iterator, self.profiler, self.action = iterator, profiler, action
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        self.profiler.start(self.action)
+        try:
+            return next(self.iterator)
+        finally:
+            self.profiler.stop(self.action)
 
 
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")

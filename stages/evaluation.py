@@ -48,7 +48,9 @@ def evaluate(
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
             metrics.dataloader_idx = dataloader_idx
             last_loader = dataloader_idx == len(loaders) - 1
-            for batch_idx, batch, is_last in data.fetch(loader, count):
+            for batch_idx, batch, is_last in data.fetch(
+                loader, count, profiler=trainer._active_profiler, action=f"{kind}_dataloader_next"
+            ):
                 _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
                 progress.is_last_batch = is_last
                 if trainer.received_sigterm and not (is_last and last_loader):

@@ -36,7 +36,9 @@ def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> lis
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
-            for batch_idx, batch, _ in data.fetch(loader, count):
+            for batch_idx, batch, _ in data.fetch(
+                loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"
+            ):
                 progress.increment_ready()
                 batch = data.transfer(trainer, batch, dataloader_idx)
                 args = (batch, batch_idx, dataloader_idx) if len(loaders) > 1 else (batch, batch_idx)

@@ -223,7 +223,15 @@ class FitLoop:
             positioned = partial(rng.restore, saved)
         else:
             self.epoch_start_rng = rng.capture()
-        for batch_idx, batch, is_last in data.fetch(self._train_loader, self.num_training_batches, start, positioned):
+        batches = data.fetch(
+            self._train_loader,
+            self.num_training_batches,
+            start,
+            positioned,
+            profiler=trainer._active_profiler,
+            action="train_dataloader_next",
+        )
+        for batch_idx, batch, is_last in batches:
             if not self._run_batch(batch_idx, batch, is_last):
                 break
             if poll("val_check"):

@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING
 from stages import rng
 from stages.resume import ResumePoint
 from statemachine import checkpoint
+from statemachine.profilers.simple import SimpleProfiler
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
+
+
+_ENTRY_TRIGGERS = frozenset({"fit", "validate", "test", "predict"})
 
 
 # ---- entry: fit / validate / test / predict -------------------------------------------------------------
@@ -28,6 +32,14 @@ def connect_model(trainer: Trainer) -> None:
 def configure_callbacks(trainer: Trainer) -> None:
     """Merge `LightningModule.configure_callbacks()` into the list (same type replaced), checkpoints last."""
     trainer._merge_model_callbacks()
+
+
+def setup_profiler(trainer: Trainer) -> None:
+    """The profiler learns the run's entry point and its report directory (the log directory by default)."""
+    profiler = trainer.profiler
+    profiler._lightning_module = trainer.lightning_module
+    local_rank = trainer.local_rank if trainer.world_size > 1 else None
+    profiler.setup(stage=trainer._run.fn.value, local_rank=local_rank, log_dir=trainer.log_dir)
 
 
 def prepare_data(trainer: Trainer) -> None:
@@ -168,6 +180,14 @@ def finalize_loggers_success(trainer: Trainer) -> None:
         logger.finalize("success")
 
 
+def describe_profiler(trainer: Trainer) -> None:
+    """The profiler's report of the run: printed, or written to `{stage}-{filename}.txt` when it has a filename."""
+    profiler = trainer.profiler
+    if isinstance(profiler, SimpleProfiler):
+        profiler.add_machine_timings(trainer._flow.history.since_last(_ENTRY_TRIGGERS))
+    profiler.describe()
+
+
 # ---- interrupt ------------------------------------------------------------------------------------------
 
 
@@ -189,6 +209,11 @@ def strategy_on_exception(trainer: Trainer) -> None:
 def finalize_loggers_failed(trainer: Trainer) -> None:
     for logger in trainer.loggers:
         logger.finalize("failed")
+
+
+def teardown_profiler(trainer: Trainer) -> None:
+    """A failed run gets no profiler report, but the profiler stops and lets go of what it recorded."""
+    trainer.profiler.teardown(trainer._run.fn.value)
 
 
 def dump_history(trainer: Trainer) -> None:

@@ -181,7 +181,18 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"deterministic={value!r} must be None, True, False or 'warn'")
         return value
 
-    @field_validator("profiler", "model_registry")
+    @field_validator("profiler")
+    @classmethod
+    def _profiler(cls, value: Any) -> Any:
+        from statemachine.profilers import PROFILERS, Profiler
+
+        if value is None or isinstance(value, Profiler):
+            return value
+        if isinstance(value, str) and value.lower() in PROFILERS:
+            return value
+        raise ValueError(f"profiler={value!r} must be None, a Profiler instance or one of {list(PROFILERS)}")
+
+    @field_validator("model_registry")
     @classmethod
     def _not_built(cls, value: Any, info: Any) -> Any:
         if value is not None:
@@ -218,6 +229,7 @@ class TrainerConfig(BaseModel):
                 ("num_sanity_val_steps", self.num_sanity_val_steps not in (None, 0)),
                 ("fast_dev_run", self.fast_dev_run not in (False, 0)),
                 ("detect_anomaly", self.detect_anomaly),
+                ("profiler", self.profiler is not None),
             )
             if bad
         ]

@@ -136,6 +136,13 @@ class History:
     def records(self) -> list[TransitionRecord]:
         return list(self._records)
 
+    def since_last(self, triggers: frozenset[str]) -> list[TransitionRecord]:
+        """The records from the newest one whose trigger is in `triggers` (the current run's entry) onwards."""
+        for index in range(len(self._records) - 1, -1, -1):
+            if self._records[index].trigger in triggers:
+                return list(self._records)[index:]
+        return self.records
+
     @property
     def dropped(self) -> int:
         """How many of the oldest records the ring buffer evicted."""

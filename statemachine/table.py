@@ -330,6 +330,7 @@ RESTING_SOURCES = ("idle", "finished", "interrupted")
 
 _SETUP_CHAIN = (
     "connect_model",
+    "setup_profiler",
     "configure_callbacks",
     "prepare_data",
     "call_setup_hooks",
@@ -350,13 +351,20 @@ _ENTRY = {
     "test": ("testing", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
     "predict": ("predicting", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
 }
-_TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success")
-_FIT_END_CHAIN = ("teardown_internals", "call_on_fit_end", "call_teardown_hooks", "finalize_loggers_success")
+_TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success", "describe_profiler")
+_FIT_END_CHAIN = (
+    "teardown_internals",
+    "call_on_fit_end",
+    "call_teardown_hooks",
+    "finalize_loggers_success",
+    "describe_profiler",
+)
 _INTERRUPT_CHAIN = (
     "ignore_sigint",
     "call_on_exception_hooks",
     "strategy_on_exception",
     "finalize_loggers_failed",
+    "teardown_profiler",
     "teardown_internals",
     "dump_history",
 )

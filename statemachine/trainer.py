@@ -25,17 +25,20 @@ from stages.callbacks.timer import Timer, parse_duration
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
-from stages.hooks import HookRunner, is_overridden
+from stages.hooks import is_overridden
 from stages.loggers import DummyLogger, Logger, TensorBoardLogger
 from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
+from statemachine import profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.enums import RunningStage, TrainerFn, TrainerState
 from statemachine.history import TransitionRecord
 from statemachine.machine import Flow
+from statemachine.profilers import Profiler
+from statemachine.profilers.runner import active_profiler, hook_runner
 from statemachine.signals import SignalConnector
 from statemachine.table import TABLE, MachineTable
 
@@ -110,7 +113,7 @@ class Trainer:
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
-        profiler: Any = None,
+        profiler: Profiler | str | None = None,
         detect_anomaly: bool = False,
         barebones: bool = False,
         plugins: Any = None,
@@ -131,7 +134,9 @@ class Trainer:
         arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__", "table")}
         config, self.strategy = _validated(arguments)
         self._apply_flags(config)
-        self._hooks = HookRunner(self)
+        self.profiler = profilers.resolve(config.profiler)
+        self._active_profiler = active_profiler(self.profiler)  # None when off: the loops time nothing
+        self._hooks = hook_runner(self, self.profiler)
         self._metrics = MetricsCollector(self)
         self._optimization = Optimization(self)
         self._signals = SignalConnector(self)

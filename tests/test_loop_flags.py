@@ -729,7 +729,6 @@ def test_one_error_names_every_bad_field() -> None:
 @pytest.mark.parametrize(
     "flag",
     [
-        {"profiler": "simple"},
         {"plugins": [object()]},
         {"sync_batchnorm": True},
         {"strategy": "ddp"},

@@ -1,0 +1,113 @@
+"""The profiler contract: time named actions of a run, then report them when the run ends.
+
+A report goes to `{dirpath}/{stage}-{filename}.txt` (any fsspec URL) when a filename is given, else it is
+printed. `dirpath` defaults to the trainer's log directory.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import fsspec
+
+
+class Profiler(ABC):
+    """Base class: `start`/`stop` bracket an action, `summary` turns what was recorded into text."""
+
+    def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
+        self.dirpath = None if dirpath is None else os.fspath(dirpath)
+        self.filename = filename
+        self._stage: str | None = None
+        self._local_rank: int | None = None
+        self._lightning_module: Any = None
+
+    @abstractmethod
+    def start(self, action_name: str) -> None:
+        """Begin timing `action_name`."""
+
+    @abstractmethod
+    def stop(self, action_name: str) -> None:
+        """End timing `action_name`."""
+
+    @abstractmethod
+    def summary(self) -> str:
+        """The report of everything recorded since `setup`."""
+
+    @contextmanager
+    def profile(self, action_name: str) -> Iterator[str]:
+        self.start(action_name)
+        try:
+            yield action_name
+        finally:
+            self.stop(action_name)
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        """Called when a run starts: which entry point it is, and where reports go unless `dirpath` was given."""
+        self._stage = stage
+        self._local_rank = local_rank
+        self.dirpath = self.dirpath or log_dir
+
+    def describe(self) -> None:
+        """Report this run, then forget it: the next run's report starts from zero."""
+        summary = self.summary()
+        if summary:
+            if self.filename and self.dirpath:
+                _append(_join(self.dirpath, self._prepare_filename()), summary)
+            else:
+                print(summary)
+        self.teardown(self._stage)
+
+    def teardown(self, stage: str | None) -> None:
+        """The run is over (normally or not); subclasses also drop what they recorded."""
+        self._stage = None
+        self._lightning_module = None
+
+    def _prepare_filename(self, action_name: str | None = None, extension: str = ".txt", split_token: str = "-") -> str:
+        """`{stage}-{filename}[-{local_rank}][-{action}]{extension}`, leaving out the parts that are unset."""
+        parts = [self._stage, self.filename, None if self._local_rank is None else str(self._local_rank), action_name]
+        return split_token.join(part for part in parts if part) + extension
+
+    def _output_path(self, name: str) -> str:
+        return _join(self.dirpath or os.getcwd(), name)
+
+    def _title(self) -> str:
+        return f"{(self._stage or '').upper()} Profiler Report".strip()
+
+
+class PassThroughProfiler(Profiler):
+    """What `profiler=None` means: records nothing and reports nothing."""
+
+    def start(self, action_name: str) -> None:
+        """Nothing is timed."""
+
+    def stop(self, action_name: str) -> None:
+        """Nothing is timed."""
+
+    def summary(self) -> str:
+        return ""
+
+
+def _join(directory: str, name: str) -> str:
+    return posixpath.join(directory, name) if "://" in directory else os.path.join(directory, name)
+
+
+def _append(path: str, text: str) -> None:
+    """Append through fsspec; object stores have no append mode, so read the old text and write both."""
+    fs, local = fsspec.core.url_to_fs(path)
+    fs.makedirs(fs._parent(local), exist_ok=True)
+    previous = fs.cat_file(local).decode() if fs.exists(local) else ""
+    with fs.open(local, "w") as stream:
+        stream.write(previous + text + "\n")
+
+
+def write_bytes(path: str, payload: bytes) -> None:
+    """Write a binary report file (cProfile stats, traces) to any fsspec URL."""
+    fs, local = fsspec.core.url_to_fs(path)
+    fs.makedirs(fs._parent(local), exist_ok=True)
+    with fs.open(local, "wb") as stream:
+        stream.write(payload)
