@@ -55,7 +55,7 @@ def test_batch_writer_gets_each_batch_with_its_dataset_indices(tmp_path: Any) ->
     trainer = quiet_trainer(tmp_path, callbacks=[writer])
     returned = trainer.predict(TinyModel(), _indexed_loader(7, shuffle=True))
     assert [entry[3] for entry in writer.batches] == [0, 1, 2]
-    for prediction, indices, held, _, dataloader_idx in writer.batches:
+    for _, indices, held, _, dataloader_idx in writer.batches:
         assert indices == held  # the indices of the shuffled samples this batch really holds
         assert dataloader_idx == 0
     assert sorted(i for entry in writer.batches for i in entry[1]) == list(range(7))
