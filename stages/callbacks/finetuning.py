@@ -147,8 +147,8 @@ class BaseFinetuning(Callback):
         group's learning rate divided by `initial_denom_lr` when `lr` is None."""
         BaseFinetuning.make_trainable(modules)
         group_lr = optimizer.param_groups[0]["lr"] / initial_denom_lr if lr is None else float(lr)
-        params = BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
-        params = BaseFinetuning.filter_on_optimizer(optimizer, params)
+        trainable = BaseFinetuning.filter_params(modules, train_bn=train_bn, requires_grad=True)
+        params = BaseFinetuning.filter_on_optimizer(optimizer, trainable)
         if params:
             optimizer.add_param_group({"params": params, "lr": group_lr})
 
@@ -226,6 +226,12 @@ class BackboneFinetuning(BaseFinetuning):
                 initial_denom_lr=self.initial_denom_lr,
             )
         else:
+            if self.previous_backbone_lr is None:
+                raise RuntimeError(
+                    f"BackboneFinetuning is at epoch {epoch}, after unfreeze_backbone_at_epoch="
+                    f"{self.unfreeze_backbone_at_epoch}, without the backbone lr: resume from a checkpoint saved with "
+                    "this callback"
+                )
             backbone_lr = self.lambda_func(epoch + 1) * self.previous_backbone_lr
             if self.should_align and backbone_lr > current_lr:
                 backbone_lr = current_lr

@@ -57,7 +57,7 @@ class StochasticWeightAveraging(Callback):
         self._init_n_averaged = 0
         self._latest_update_epoch = -1
         self._max_epochs = 0
-        self.momenta: dict[nn.Module, float | None] = {}
+        self.momenta: dict[_BatchNorm, float | None] = {}
 
     @property
     def swa_start(self) -> int:
@@ -103,11 +103,13 @@ class StochasticWeightAveraging(Callback):
         if in_window and not self._initialized:
             self._start_averaging(trainer, pl_module)
         if in_window and epoch > self._latest_update_epoch:
+            assert self._average_model is not None and self.n_averaged is not None  # set by setup and the start
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
     def _start_averaging(self, trainer: Any, pl_module: Any) -> None:
         self._initialized = True
+        assert self._average_model is not None  # made in setup
         self._average_model = self._average_model.to(self._device or pl_module.device)
         optimizer = trainer.optimizers[0]
         if isinstance(self._swa_lrs, float):
@@ -116,9 +118,9 @@ class StochasticWeightAveraging(Callback):
             group["initial_lr"] = lr
         self._swa_scheduler = SWALR(
             optimizer,
-            swa_lr=self._swa_lrs,
+            swa_lr=self._swa_lrs,  # type: ignore[arg-type]  # one per group, which torch's hint omits
             anneal_epochs=self._annealing_epochs,
-            anneal_strategy=self._annealing_strategy,
+            anneal_strategy=self._annealing_strategy,  # type: ignore[arg-type]  # checked in __init__
             last_epoch=trainer.max_epochs if self._annealing_strategy == "cos" else -1,
         )
         if self._scheduler_state is not None:
@@ -151,6 +153,7 @@ class StochasticWeightAveraging(Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if not self._initialized or trainer.current_epoch - 1 != self.swa_end:
             return
+        assert self._average_model is not None  # made in setup
         self.transfer_weights(self._average_model, pl_module)
         if self._model_contains_batch_norm:
             self.reset_batch_norm_and_save_state(pl_module)
@@ -168,13 +171,11 @@ class StochasticWeightAveraging(Callback):
         """Zero the running statistics and make them a plain average over the coming batches (momentum None)."""
         self.momenta = {}
         for module in pl_module.modules():
-            if not isinstance(module, _BatchNorm) or module.running_mean is None:
+            if not isinstance(module, _BatchNorm) or not module.track_running_stats:
                 continue
-            module.running_mean = torch.zeros_like(module.running_mean)
-            module.running_var = torch.ones_like(module.running_var)
+            module.reset_running_stats()  # mean 0, variance 1, no batches tracked
             self.momenta[module] = module.momentum
             module.momentum = None
-            module.num_batches_tracked *= 0
 
     def reset_momenta(self) -> None:
         for module, momentum in self.momenta.items():
