@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 
 class RecordingBatchSampler:
@@ -29,7 +29,9 @@ class RecordingBatchSampler:
 def recording(loader: Any) -> tuple[Any, RecordingBatchSampler | None]:
     """The same loader rebuilt around a recording batch sampler; unchanged (and None) when it has no sampler
     to record, such as an iterable dataset or a loader that is not a torch DataLoader."""
-    if not isinstance(loader, DataLoader) or loader.batch_sampler is None or loader._dataset_kind != 0:
+    if not isinstance(loader, DataLoader) or loader.batch_sampler is None:
+        return loader, None
+    if isinstance(loader.dataset, IterableDataset):  # its batch sampler only counts, it does not index
         return loader, None
     recorder = RecordingBatchSampler(loader.batch_sampler)
     options: dict[str, Any] = {

@@ -83,6 +83,13 @@ def test_batch_and_epoch_writer_uses_both(tmp_path: Any) -> None:
     assert len(predictions) == 2  # one loader: the list of its batch predictions
 
 
+def test_batch_indices_are_none_without_a_batch_sampler(tmp_path: Any) -> None:
+    writer = Recorder("batch")
+    unbatched = DataLoader(TensorDataset(torch.randn(2, 1, 4), torch.arange(2).view(2, 1)), batch_size=None)
+    quiet_trainer(tmp_path, callbacks=[writer]).predict(TinyModel(), unbatched)
+    assert [(entry[1], entry[2]) for entry in writer.batches] == [(None, [0]), (None, [1])]
+
+
 def test_prediction_writer_refuses_a_bad_interval_and_unimplemented_writes(tmp_path: Any) -> None:
     with pytest.raises(MisconfigurationException, match="'step'"):
         L.BasePredictionWriter("step")
