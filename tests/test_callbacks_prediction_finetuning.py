@@ -164,6 +164,25 @@ def test_backbone_finetuning_resume_rebuilds_the_added_group(tmp_path: Any) -> N
     assert watcher.lrs == [[0.1, 0.04]]
 
 
+def test_backbone_finetuning_resumed_run_trains_like_an_uninterrupted_one(tmp_path: Any) -> None:
+    def run(max_epochs: int, ckpt_path: Any = None) -> BackboneModel:
+        torch.manual_seed(0)
+        model = BackboneModel()
+        finetuning = L.BackboneFinetuning(unfreeze_backbone_at_epoch=1)
+        trainer = quiet_trainer(tmp_path, max_epochs=max_epochs, callbacks=[finetuning])
+        trainer.fit(model, make_loader(), ckpt_path=ckpt_path)
+        if ckpt_path is None:
+            trainer.save_checkpoint(tmp_path / f"after-{max_epochs}.ckpt")
+        return model
+
+    uninterrupted = run(4)
+    run(2)
+    resumed = run(4, tmp_path / "after-2.ckpt")
+    assert resumed.backbone[0].weight.requires_grad
+    for theirs, ours in zip(uninterrupted.parameters(), resumed.parameters()):
+        assert torch.allclose(theirs, ours, atol=1e-6)
+
+
 def test_backbone_finetuning_explicit_lr_and_lambda(tmp_path: Any) -> None:
     watcher = GroupWatcher()
     finetuning = L.BackboneFinetuning(

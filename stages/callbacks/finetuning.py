@@ -48,7 +48,15 @@ class BaseFinetuning(Callback):
         by_name = dict(pl_module.named_parameters())
         for index, optimizer in enumerate(trainer.optimizers):
             saved = self._internal_optimizer_metadata[index]
+            configured = len(optimizer.param_groups)
             optimizer.param_groups = [_with_params(group, [by_name[n] for n in group["params"]]) for group in saved]
+            # freeze_before_training froze them again at setup; the groups added during training were unfrozen
+            for group in saved[configured:]:
+                for name in group["params"]:
+                    by_name[name].requires_grad = True
+                    owner = pl_module.get_submodule(name.rpartition(".")[0])
+                    if isinstance(owner, _BatchNorm):
+                        owner.track_running_stats = True
         self._restarting = False
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
