@@ -224,6 +224,17 @@ def test_accumulation_scheduler_sets_the_factor_each_epoch(tmp_path: Any) -> Non
     assert scheduler.get_accumulate_grad_batches(7) == 4
 
 
+def test_accumulation_scheduler_applies_to_a_fit_resumed_mid_epoch(tmp_path: Any) -> None:
+    first = quiet_trainer(tmp_path, max_steps=5, callbacks=[L.GradientAccumulationScheduler({1: 2})])
+    first.fit(TinyModel(), make_loader())  # epoch 0: 4 steps; epoch 1: stops after its first step (2 batches)
+    first.save_checkpoint(tmp_path / "mid.ckpt")
+    counter = StepCounting()
+    resumed = quiet_trainer(tmp_path, max_epochs=2, callbacks=[L.GradientAccumulationScheduler({1: 2}), counter])
+    resumed.fit(TinyModel(), make_loader(), ckpt_path=tmp_path / "mid.ckpt")
+    # the remaining 2 batches of epoch 1 still accumulate 2: one more step
+    assert counter.steps_at_epoch_end == [6]
+
+
 @pytest.mark.parametrize(
     ("scheduling", "error", "match"),
     [

@@ -59,6 +59,8 @@ class GradientAccumulationScheduler(Callback):
                 f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) and a "
                 "GradientAccumulationScheduler both set the accumulation: remove one of them"
             )
+        # a fit resumed mid-epoch gets no epoch-start hook for that epoch
+        trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
