@@ -225,9 +225,12 @@ def test_accumulation_scheduler_sets_the_factor_each_epoch(tmp_path: Any) -> Non
 
 
 def test_accumulation_scheduler_applies_to_a_fit_resumed_mid_epoch(tmp_path: Any) -> None:
-    first = quiet_trainer(tmp_path, max_steps=5, callbacks=[L.GradientAccumulationScheduler({1: 2})])
-    first.fit(TinyModel(), make_loader())  # epoch 0: 4 steps; epoch 1: stops after its first step (2 batches)
-    first.save_checkpoint(tmp_path / "mid.ckpt")
+    path = tmp_path / "mid.ckpt"
+    save_mid_epoch_1 = L.LambdaCallback(
+        on_train_batch_end=lambda t, m, o, b, i: t.save_checkpoint(path) if t.current_epoch == 1 and i == 1 else None
+    )
+    first = quiet_trainer(tmp_path, max_epochs=2, callbacks=[L.GradientAccumulationScheduler({1: 2}), save_mid_epoch_1])
+    first.fit(TinyModel(), make_loader())  # epoch 0: 4 steps; epoch 1: saved after its first step (2 batches)
     counter = StepCounting()
     resumed = quiet_trainer(tmp_path, max_epochs=2, callbacks=[L.GradientAccumulationScheduler({1: 2}), counter])
     resumed.fit(TinyModel(), make_loader(), ckpt_path=tmp_path / "mid.ckpt")
