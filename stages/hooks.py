@@ -19,6 +19,14 @@ def is_overridden(name: str, instance: object, parent: type) -> bool:
     return attribute is not None and attribute is not getattr(parent, name, None)
 
 
+def callback_has_hook(name: str, callback: Callback) -> bool:
+    """A hook assigned on the instance (LambdaCallback's way) counts, and one set to None there switches it off."""
+    assigned = getattr(callback, "__dict__", {})
+    if name in assigned:
+        return assigned[name] is not None
+    return is_overridden(name, callback, Callback)
+
+
 def is_monitoring(callback: Callback) -> bool:
     """Monitoring callbacks run after the module in `on_train_epoch_end` (reference 5.8)."""
     return isinstance(callback, Checkpoint | EarlyStopping)
@@ -47,7 +55,7 @@ class HookRunner:
     def _callbacks_for(self, name: str) -> list[Callback]:
         found = self._overriding.get(name)
         if found is None:
-            found = [cb for cb in self.trainer.callbacks if is_overridden(name, cb, Callback)]
+            found = [cb for cb in self.trainer.callbacks if callback_has_hook(name, cb)]
             self._overriding[name] = found
         return found
 

@@ -2,29 +2,61 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from stages import data
+from stages.batch_indices import RecordingBatchSampler, recording
+from stages.callbacks.prediction_writer import BasePredictionWriter
+
+
+@dataclass
+class PredictionRecord:
+    """What prediction writers read: the running batch's dataset indices, and per loader every batch's indices
+    and predictions (kept when a writer writes once per run)."""
+
+    current_batch_indices: list[Any] | None = None
+    epoch_batch_indices: list[list[Any]] = field(default_factory=list)
+    outputs: list[list[Any]] = field(default_factory=list)
+
+    @property
+    def predictions(self) -> Any:
+        return self.outputs[0] if len(self.outputs) == 1 else self.outputs
 
 
 def run_predict(trainer: Any) -> str:
     limit = trainer.limit_predict_batches
     trainer.predict_dataloaders = None if limit == 0 else data.request(trainer, "predict")
     loaders = data.as_list(trainer.predict_dataloaders)
+    writers = [callback for callback in trainer.callbacks if isinstance(callback, BasePredictionWriter)]
+    recorders: list[RecordingBatchSampler | None] = [None] * len(loaders)
+    if writers:
+        wrapped = [recording(loader) for loader in loaders]
+        loaders = [loader for loader, _ in wrapped]
+        recorders = [recorder for _, recorder in wrapped]
+    trainer._prediction_record = PredictionRecord()
     counts = [data.limited_batches(loader, limit, "limit_predict_batches") for loader in loaders]
     trainer.num_predict_batches = counts
-    predictions = _predict(trainer, loaders, counts) if sum(counts) else []
+    keep_for_writers = any(writer.interval.on_epoch for writer in writers)
+    predictions = _predict(trainer, loaders, counts, recorders, keep_for_writers) if sum(counts) else []
     if trainer._run.return_predictions:
         trainer._run.predictions = predictions[0] if len(predictions) == 1 else predictions
     return "finish"
 
 
-def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> list[list[Any]]:
+def _predict(
+    trainer: Any,
+    loaders: list[Any],
+    counts: list[int | float],
+    recorders: list[RecordingBatchSampler | None],
+    keep_for_writers: bool,
+) -> list[list[Any]]:
     hooks = trainer._hooks
     progress = trainer.predict_progress
-    keep = trainer._run.return_predictions
+    keep = trainer._run.return_predictions or keep_for_writers
+    record = trainer._prediction_record
     trainer.lightning_module._record_modes()
     hooks.module("on_predict_model_eval")
     hooks.callbacks("on_predict_start")
@@ -33,6 +65,8 @@ def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> lis
     hooks.module("on_predict_epoch_start")
     progress.reset_current()
     outputs: list[list[Any]] = [[] for _ in loaders]
+    record.outputs = outputs
+    record.epoch_batch_indices = [[] for _ in loaders]
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
@@ -40,6 +74,11 @@ def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> lis
                 loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"
             ):
                 progress.increment_ready()
+                recorder = recorders[dataloader_idx]
+                if recorder is not None:
+                    record.current_batch_indices = recorder.seen[batch_idx]
+                    if keep_for_writers:
+                        record.epoch_batch_indices[dataloader_idx].append(record.current_batch_indices)
                 batch = data.transfer(trainer, batch, dataloader_idx)
                 args = (batch, batch_idx, dataloader_idx) if len(loaders) > 1 else (batch, batch_idx)
                 hooks.callbacks("on_predict_batch_start", *args)

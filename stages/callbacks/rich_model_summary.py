@@ -1,0 +1,80 @@
+"""RichModelSummary: the model summary as a `rich` table (an optional extra)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from stages.callbacks.model_summary import ModelSummary, human_count
+from stages.callbacks.rich_support import require_rich
+
+_STYLE_KEYS = ("header_style",)
+
+
+class RichModelSummary(ModelSummary):
+    """Prints the layers down to `max_depth` with their types, parameter counts and train/eval mode as a rich
+    table when fit starts, then the totals. `header_style` (a rich style, "bold magenta" by default) styles
+    the header. Needs the `rich` extra."""
+
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        require_rich("RichModelSummary")
+        super().__init__(max_depth)
+        unknown = sorted(set(summarize_kwargs) - set(_STYLE_KEYS))
+        if unknown:
+            raise TypeError(f"RichModelSummary got unknown arguments {unknown}; allowed: {list(_STYLE_KEYS)}")
+        self._summarize_kwargs = summarize_kwargs
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.max_depth == 0 or not trainer.is_global_zero:
+            return
+        from rich.console import Console
+
+        console = Console()
+        for renderable in summary_renderables(pl_module, self.max_depth, **self._summarize_kwargs):
+            console.print(renderable)
+
+
+def summary_renderables(module: nn.Module, max_depth: int, header_style: str = "bold magenta") -> list[Any]:
+    """The layer table and the totals grid of `module`, ready for `rich.console.Console.print`."""
+    from rich.table import Table
+
+    table = Table(header_style=header_style)
+    for title in ("", "Name", "Type", "Params", "Mode"):
+        table.add_column(title, justify="right" if title == "Params" else "left")
+    children = [
+        (name, child)
+        for name, child in module.named_modules()
+        if name and (max_depth == -1 or name.count(".") < max_depth)
+    ]
+    for index, (name, child) in enumerate(children):
+        mode = "train" if child.training else "eval"
+        table.add_row(str(index), name, type(child).__name__, human_count(_count(child.parameters())), mode)
+
+    params = list(module.parameters())
+    trainable = _count(p for p in params if p.requires_grad)
+    total = _count(params)
+    size_mb = sum(p.numel() * p.element_size() for p in params if not _uninitialized(p)) / 1e6
+    modes = [m.training for m in module.modules()]
+    totals = Table.grid(padding=(0, 1))
+    totals.add_column(justify="left")
+    totals.add_column()
+    for value, label in (
+        (human_count(trainable), "Trainable params"),
+        (human_count(total - trainable), "Non-trainable params"),
+        (human_count(total), "Total params"),
+        (f"{size_mb:,.3f}", "Total estimated model params size (MB)"),
+        (str(sum(modes)), "Modules in train mode"),
+        (str(len(modes) - sum(modes)), "Modules in eval mode"),
+    ):
+        totals.add_row(f"[bold]{value}", label)
+    return [table, totals] if children else [totals]
+
+
+def _count(params: Any) -> int:
+    return sum(p.numel() for p in params if not _uninitialized(p))
+
+
+def _uninitialized(param: Any) -> bool:
+    # lazy modules' parameters have no shape before their first forward and count as zero
+    return isinstance(param, nn.parameter.UninitializedParameter)
