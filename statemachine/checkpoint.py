@@ -81,13 +81,10 @@ def _callback_states(trainer: Trainer) -> dict[str, Any]:
 
 def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
     module = trainer.lightning_module
-    if module.hparams:
-        checkpoint["hparams_name"] = "kwargs"
-        checkpoint["hyper_parameters"] = dict(module.hparams)
-    datamodule = trainer.datamodule
-    if datamodule is not None and datamodule.hparams:
-        checkpoint["datamodule_hparams_name"] = "kwargs"
-        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    for owner in (module, trainer.datamodule):
+        if owner is not None and owner.hparams:
+            checkpoint[owner.CHECKPOINT_HYPER_PARAMS_NAME] = owner._hparams_name
+            checkpoint[owner.CHECKPOINT_HYPER_PARAMS_KEY] = dict(owner.hparams)
 
 
 # ---- ckpt_path resolution (reference 7.3) ---------------------------------------------------------------
