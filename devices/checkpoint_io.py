@@ -103,6 +103,11 @@ def _torch_load(stream: IO[bytes], shown: str, map_location: Any, weights_only: 
         # weights_only=False by default: checkpoints carry hparams, loop state and RNG states, not only tensors.
         return torch.load(stream, map_location=map_location, weights_only=weights_only)
     except (EOFError, pickle.UnpicklingError) as error:
+        if weights_only and isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in str(error):
+            raise pickle.UnpicklingError(
+                f"Checkpoint file {shown!r} holds objects that weights_only=True refuses to unpickle; "
+                "load it with weights_only=False if you trust its source"
+            ) from error
         raise CorruptCheckpointError(
             f"Checkpoint file {shown!r} is truncated or corrupt: {_first_sentence(error)}"
         ) from error

@@ -123,6 +123,4 @@ class LightningDataModule(HyperparametersMixin):
         overridden by `kwargs`), then load its `state_dict` when the checkpoint holds one."""
         from stages.saving import load_from_checkpoint
 
-        return load_from_checkpoint(
-            cls, checkpoint_path, map_location, hparams_file, None, weights_only, **kwargs
-        )
+        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, None, weights_only, **kwargs)

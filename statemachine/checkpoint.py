@@ -10,6 +10,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from devices.checkpoint_io import CorruptCheckpointError
 from stages.callbacks.model_checkpoint import ModelCheckpoint
@@ -138,7 +139,9 @@ def _last_path(trainer: Trainer, fn: str) -> str | None:
             continue
         for path in fs.ls(root, detail=False):
             if _LAST.search(path):
-                candidates.append((fs.modified(path).timestamp(), fs.unstrip_protocol(path)))
+                # a local file is named by its plain path, as the checkpoint callback names it
+                shown = path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(path)
+                candidates.append((fs.modified(path).timestamp(), shown))
     if not candidates:
         warnings.warn(
             f'.{fn}(ckpt_path="last") found no last checkpoint; starting from the current weights',
