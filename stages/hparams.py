@@ -78,7 +78,11 @@ class HyperparametersMixin:
         """
         self._log_hyperparams = logger
         ignored = [ignore] if isinstance(ignore, str) else list(ignore or [])
-        init_args = collect_init_args(frame or inspect.currentframe().f_back, self)
+        here = inspect.currentframe()
+        caller = frame or (here.f_back if here is not None else None)
+        if caller is None:
+            raise RuntimeError("save_hyperparameters cannot see its caller's frame on this Python implementation")
+        init_args = collect_init_args(caller, self)
         if len(args) == 1 and isinstance(args[0], Mapping | argparse.Namespace):
             given = args[0]
             params = dict(vars(given) if isinstance(given, argparse.Namespace) else given)

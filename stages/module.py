@@ -9,7 +9,7 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from stages.device_dtype import DeviceDtypeModuleMixin
@@ -218,7 +218,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         """Only `optimizer`'s parameters keep requires_grad; the others are frozen until untoggle."""
         target = getattr(optimizer, "optimizer", optimizer)
         own = {id(p) for group in target.param_groups for p in group["params"]}
-        self._toggled_requires_grad = {}
+        self._toggled_requires_grad: dict[int, tuple[nn.Parameter, bool]] = {}
         for opt in self.trainer.optimizers:
             for group in opt.param_groups:
                 for param in group["params"]:
@@ -481,7 +481,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
 
     @_ClassOnly
     def load_from_checkpoint(
-        cls,
+        cls: Any,
         checkpoint_path: str | os.PathLike[str],
         map_location: Any = None,
         hparams_file: str | os.PathLike[str] | None = None,

@@ -68,7 +68,7 @@ def _plain(hparams: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_from_checkpoint(
-    cls: type,
+    cls: type[Any],
     checkpoint_path: PathLike,
     map_location: Any = None,
     hparams_file: PathLike | None = None,
@@ -107,10 +107,10 @@ def _cpu_storage(storage: Any, location: str) -> Any:
     return storage
 
 
-def _init_arguments(cls: type, checkpoint: dict[str, Any]) -> dict[str, Any]:
+def _init_arguments(cls: type[Any], checkpoint: dict[str, Any]) -> dict[str, Any]:
     """The saved hyperparameters that `cls.__init__` takes (all of them when it has **kwargs)."""
     arguments = dict(checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
-    parameters = inspect.signature(cls.__init__).parameters
+    parameters = inspect.signature(cls).parameters
     name = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)
     if name and name in parameters:
         return {name: arguments}  # the hyperparameters were one argument, such as a dict named `hparams`

@@ -86,7 +86,7 @@ class BoringModel(LightningModule):
     def step(self, batch: Any) -> Tensor:
         return self.loss(self(batch))
 
-    def training_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
         return {"loss": self.step(batch)}
 
     def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Tensor]:

@@ -19,6 +19,8 @@ __all__ = ["LightningTransformer", "PositionalEncoding", "Transformer"]
 class PositionalEncoding(nn.Module):
     """Adds the fixed sine/cosine position signal to a (batch, sequence, features) input, then dropout."""
 
+    table: Tensor
+
     def __init__(self, dim: int, dropout: float = 0.1, max_len: int = 5000) -> None:
         super().__init__()
         self.dropout = nn.Dropout(p=dropout)
