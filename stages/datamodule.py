@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from stages.class_only import class_only
 from stages.exceptions import MisconfigurationException
 from stages.hparams import HyperparametersMixin
 
@@ -110,9 +111,9 @@ class LightningDataModule(HyperparametersMixin):
                 setattr(datamodule, f"{kind}_dataloader", lambda d=datasets, s=shuffle: loaders(d, s))
         return datamodule
 
-    @classmethod
+    @class_only
     def load_from_checkpoint(
-        cls,
+        cls: Any,
         checkpoint_path: str | os.PathLike[str],
         map_location: Any = None,
         hparams_file: str | os.PathLike[str] | None = None,

@@ -3,36 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from stages.class_only import class_only
 from stages.device_dtype import DeviceDtypeModuleMixin
 from stages.exceptions import MisconfigurationException
 from stages.hparams import HyperparametersMixin
-
-
-class _ClassOnly:
-    """A classmethod that refuses to run on an instance: `model.load_from_checkpoint(...)` would build and return
-    a new object while leaving `model` unchanged, a silent mistake."""
-
-    def __init__(self, method: Callable[..., Any]) -> None:
-        self.method = method
-        functools.update_wrapper(self, method)  # type: ignore[arg-type]
-
-    def __get__(self, instance: Any, owner: type) -> Callable[..., Any]:
-        # TorchScript reads every attribute of a module it compiles; that read must not raise
-        if instance is not None and not instance.__dict__.get("_jit_is_scripting", False):
-            name = f"{owner.__name__}.{self.method.__name__}"
-            raise TypeError(
-                f"{name} is a classmethod: call it on the class and use its result, e.g. model = {name}(path)"
-            )
-        return functools.partial(self.method, owner)
 
 
 class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
@@ -479,7 +461,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read keys from a checkpoint being restored (override it)."""
 
-    @_ClassOnly
+    @class_only
     def load_from_checkpoint(
         cls: Any,
         checkpoint_path: str | os.PathLike[str],

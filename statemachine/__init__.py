@@ -44,7 +44,21 @@ _EXPORTS = {
     "NotSupportedYetError": "statemachine._exports",
 }
 # Lightning's subpackages, reachable as attributes (`L.callbacks.ModelCheckpoint`) like `lightning.pytorch`'s
-_SUBPACKAGES = frozenset({"callbacks", "core", "demos", "loggers", "trainer", "utilities"})
+_SUBPACKAGES = frozenset(
+    {
+        "accelerators",
+        "callbacks",
+        "core",
+        "demos",
+        "loggers",
+        "plugins",
+        "profilers",
+        "strategies",
+        "trainer",
+        "tuner",
+        "utilities",
+    }
+)
 __all__ = sorted(_EXPORTS)
 
 

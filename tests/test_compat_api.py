@@ -224,6 +224,8 @@ def test_weights_only_refuses_arbitrary_objects_with_a_clear_error(tmp_path: Pat
 def test_load_from_checkpoint_on_an_instance_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="is a classmethod: call it on the class"):
         TinyModel().load_from_checkpoint(tmp_path / "x.ckpt")
+    with pytest.raises(TypeError, match=r"StatefulData\.load_from_checkpoint is a classmethod"):
+        StatefulData().load_from_checkpoint(tmp_path / "x.ckpt")
 
 
 def test_a_single_dict_argument_comes_back_under_its_name(tmp_path: Path) -> None:

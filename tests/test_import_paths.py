@@ -77,6 +77,12 @@ LIGHTNING_PUBLIC: dict[str, list[str]] = {
     "core.mixins": ["HyperparametersMixin"],
     "core.optimizer": ["LightningOptimizer"],
     "core.saving": ["load_hparams_from_yaml", "save_hparams_to_yaml"],
+    "accelerators": ["Accelerator", "CPUAccelerator", "CUDAAccelerator", "MPSAccelerator", "XLAAccelerator"],
+    "strategies": ["DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy"],
+    "profilers": ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler"],
+    "plugins": ["CheckpointIO", "DoublePrecision", "HalfPrecision", "MixedPrecision", "TorchCheckpointIO"],
+    "tuner": ["Tuner"],
+    "cli": ["LightningCLI", "SaveConfigCallback"],
     "trainer": ["Trainer"],
     "trainer.states": ["RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"],
     "utilities": [
