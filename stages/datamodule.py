@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from stages import saving
 from stages.class_only import class_only
 from stages.exceptions import MisconfigurationException
 from stages.hparams import HyperparametersMixin
@@ -122,6 +123,6 @@ class LightningDataModule(HyperparametersMixin):
     ) -> LightningDataModule:
         """Build the DataModule from the hyperparameters a checkpoint saved for it (replaced by `hparams_file`,
         overridden by `kwargs`), then load its `state_dict` when the checkpoint holds one."""
-        from stages.saving import load_from_checkpoint
-
-        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, None, weights_only, **kwargs)
+        return saving.load_from_checkpoint(
+            cls, checkpoint_path, map_location, hparams_file, None, weights_only, **kwargs
+        )

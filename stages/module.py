@@ -11,6 +11,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from devices.transfer import move_to_device
+from stages import saving
 from stages.class_only import class_only
 from stages.device_dtype import DeviceDtypeModuleMixin
 from stages.exceptions import MisconfigurationException
@@ -478,9 +480,9 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         CPU); the module is returned on the device its loaded weights are on. `strict` defaults to the module's
         `strict_loading`; `weights_only=True` unpickles only tensors and plain values (torch's safe mode).
         """
-        from stages.saving import load_from_checkpoint
-
-        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
+        return saving.load_from_checkpoint(
+            cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
+        )
 
     # ---- export -----------------------------------------------------------------------------------------
 
@@ -509,8 +511,6 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
                     raise ValueError(
                         "to_torchscript(method='trace') needs example_inputs or the module's example_input_array"
                     )
-                from devices.transfer import move_to_device
-
                 compiled = torch.jit.trace(self.eval(), example_inputs=move_to_device(inputs, self.device), **kwargs)
         finally:
             for module in scripting:
@@ -533,8 +533,6 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         inputs = self.example_input_array if input_sample is None else input_sample
         if inputs is None:
             raise ValueError("to_onnx needs input_sample or the module's example_input_array")
-        from devices.transfer import move_to_device
-
         inputs = move_to_device(inputs, self.device)
         args = inputs if isinstance(inputs, tuple) else (inputs,)
         training = self.training

@@ -13,6 +13,7 @@ import fsspec
 import torch
 import yaml
 
+from devices.checkpoint_io import load_checkpoint
 from stages.hparams import AttributeDict
 
 PathLike = str | os.PathLike[str]
@@ -77,8 +78,6 @@ def load_from_checkpoint(
     **kwargs: Any,
 ) -> Any:
     """Build `cls` (a LightningModule or LightningDataModule) from a checkpoint; see their `load_from_checkpoint`."""
-    from devices.checkpoint_io import load_checkpoint
-
     checkpoint = load_checkpoint(
         checkpoint_path,
         map_location=_cpu_storage if map_location is None else map_location,

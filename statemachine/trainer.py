@@ -425,7 +425,8 @@ class Trainer:
             self._drive(trigger)
         finally:
             self._run = None
-            self._ckpt_path = run.ckpt_path
+            if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it
+                self._ckpt_path = run.ckpt_path
         return run
 
     def _drive(self, trigger: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from devices.transfer import move_to_device
 from stages.callbacks.callback import Callback
 
 _UNITS = ("", " K", " M", " B", " T")
@@ -143,8 +144,6 @@ def _layer_sizes(model: nn.Module, layers: list[nn.Module]) -> tuple[list[Any], 
     handles = [layer.register_forward_hook(recorder(index)) for index, layer in enumerate(layers)]
     modes = {name: m.training for name, m in model.named_modules()}
     device = next((p.device for p in model.parameters() if not _is_uninitialized(p)), torch.device("cpu"))
-    from devices.transfer import move_to_device
-
     example = move_to_device(example, device)
     try:
         model.eval()
@@ -201,10 +200,6 @@ def _count(params: Any) -> int:
 
 def _is_uninitialized(param: torch.Tensor) -> bool:
     return isinstance(param, nn.parameter.UninitializedParameter)
-
-
-def _mode(module: nn.Module) -> str:
-    return "train" if module.training else "eval"
 
 
 def _check_max_depth(max_depth: Any) -> None:
