@@ -14,7 +14,6 @@ import torch
 import yaml
 
 from devices.checkpoint_io import load_checkpoint
-from stages.hparams import AttributeDict
 
 PathLike = str | os.PathLike[str]
 
@@ -64,7 +63,7 @@ def _plain(hparams: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in hparams.items():
         if isinstance(value, argparse.Namespace):
             value = vars(value)
-        plain[key] = _plain(value) if isinstance(value, AttributeDict | dict) else value
+        plain[key] = _plain(value) if isinstance(value, dict) else value
     return plain
 
 
