@@ -108,6 +108,7 @@ def test_toggled_optimizer_restores_when_the_block_raises(tmp_path: Path) -> Non
     assert model.disc.weight.requires_grad
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")  # torch's own notice, not ours
 def test_to_torchscript_scripts_and_traces_and_saves(tmp_path: Path) -> None:
     model = TinyModel()
     model.example_input_array = torch.randn(3, 4)

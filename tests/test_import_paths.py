@@ -264,3 +264,11 @@ def test_a_lightning_script_runs_after_rewriting_its_imports(tmp_path: Path) -> 
     # 4 combined batches per epoch (the longer loader, the shorter one cycled), 2 epochs
     assert out.split()[-2:] == ["True", "8"]
     assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").is_file()
+
+
+def test_star_import_and_dir_list_the_supported_names() -> None:
+    namespace: dict[str, object] = {}
+    exec("from statemachine.callbacks import *", namespace)
+    assert {"ModelCheckpoint", "EarlyStopping", "Callback"} <= set(namespace)
+    assert "WandbLogger" not in dir(statemachine.loggers) and "TensorBoardLogger" in dir(statemachine.loggers)
+    assert {"callbacks", "loggers", "utilities", "demos"} <= set(dir(statemachine))
