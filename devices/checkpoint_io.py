@@ -51,9 +51,15 @@ def save_checkpoint(checkpoint: dict[str, Any], path: PathLike, storage_options:
 
 
 def load_checkpoint(
-    path: PathLike, map_location: Any = None, storage_options: dict[str, Any] | None = None
+    path: PathLike,
+    map_location: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    weights_only: bool = False,
 ) -> dict[str, Any]:
-    """Read a checkpoint written by torch.save (ours or Lightning's) and check it is a dict."""
+    """Read a checkpoint written by torch.save (ours or Lightning's) and check it is a dict.
+
+    `weights_only=True` is torch's safe mode: only tensors and plain Python values are unpickled.
+    """
     shown = os.fspath(path)
     fs, fs_path = url_to_fs(shown, **(storage_options or {}))
     if not fs.exists(fs_path):
@@ -72,7 +78,7 @@ def load_checkpoint(
                 "not with the header torch.save writes"
             )
         stream.seek(0)
-        checkpoint = _torch_load(stream, shown, map_location)
+        checkpoint = _torch_load(stream, shown, map_location, weights_only)
     if not isinstance(checkpoint, dict):
         raise CorruptCheckpointError(
             f"Checkpoint file {shown!r} holds a {type(checkpoint).__name__}, but a checkpoint must be a dict"
@@ -92,11 +98,16 @@ def exists(path: PathLike, storage_options: dict[str, Any] | None = None) -> boo
     return bool(fs.exists(fs_path))
 
 
-def _torch_load(stream: IO[bytes], shown: str, map_location: Any) -> Any:
+def _torch_load(stream: IO[bytes], shown: str, map_location: Any, weights_only: bool) -> Any:
     try:
-        # weights_only=False: checkpoints carry hparams, loop state and RNG states, not only tensors.
-        return torch.load(stream, map_location=map_location, weights_only=False)
+        # weights_only=False by default: checkpoints carry hparams, loop state and RNG states, not only tensors.
+        return torch.load(stream, map_location=map_location, weights_only=weights_only)
     except (EOFError, pickle.UnpicklingError) as error:
+        if weights_only and isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in str(error):
+            raise pickle.UnpicklingError(
+                f"Checkpoint file {shown!r} holds objects that weights_only=True refuses to unpickle; "
+                "load it with weights_only=False if you trust its source"
+            ) from error
         raise CorruptCheckpointError(
             f"Checkpoint file {shown!r} is truncated or corrupt: {_first_sentence(error)}"
         ) from error

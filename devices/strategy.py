@@ -134,10 +134,14 @@ class Strategy(ABC):
         if self.is_global_zero:
             checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
 
-    def load_checkpoint(self, path: PathLike, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: PathLike, storage_options: dict[str, Any] | None = None, weights_only: bool = False
+    ) -> dict[str, Any]:
         # Load onto the CPU: restoring then copies into parameters wherever they live, and a file saved
         # on a GPU still opens on a host without one.
-        return checkpoint_io.load_checkpoint(path, map_location=_CPU, storage_options=storage_options)
+        return checkpoint_io.load_checkpoint(
+            path, map_location=_CPU, storage_options=storage_options, weights_only=weights_only
+        )
 
     def remove_checkpoint(self, path: PathLike, storage_options: dict[str, Any] | None = None) -> None:
         if self.is_global_zero:

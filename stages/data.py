@@ -9,6 +9,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, RandomSampler
 
+from stages.combined_loader import CombinedLoader
 from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException
 from stages.hooks import is_overridden
@@ -24,7 +25,7 @@ def has_source(trainer: Any, kind: str) -> bool:
     hook = f"{kind}_dataloader"
     datamodule = trainer.datamodule
     if datamodule is not None:
-        return is_overridden(hook, datamodule, LightningDataModule)
+        return is_overridden(hook, datamodule, LightningDataModule) or hook in vars(datamodule)
     return is_overridden(hook, trainer.lightning_module, LightningModule)
 
 
@@ -40,9 +41,12 @@ def request(trainer: Any, kind: str) -> Any:
 
 
 def as_list(loaders: Any) -> list[Any]:
-    """Evaluation loaders run one after the other: a single loader, or a list, tuple or dict of them."""
+    """Evaluation loaders run one after the other: a single loader, a list, tuple or dict of them, or a
+    sequential CombinedLoader; a CombinedLoader in another mode is one loader of combined batches."""
     if loaders is None:
         return []
+    if isinstance(loaders, CombinedLoader):
+        return list(loaders.flattened) if loaders.mode == "sequential" else [loaders]
     if isinstance(loaders, Mapping):
         return list(loaders.values())
     if isinstance(loaders, list | tuple):
@@ -58,7 +62,11 @@ def length(loader: Any) -> int | None:
 
 
 def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int | float:
-    """Batches per loader under a `limit_*_batches` value (reference 3.6)."""
+    """Batches per loader under a `limit_*_batches` value (reference 3.6); a CombinedLoader's limit applies to
+    each of its iterables."""
+    if isinstance(loader, CombinedLoader):
+        loader.limits = [limited_batches(member, limit, flag) for member in loader.flattened]
+        return loader.num_batches
     size = length(loader)
     if size is None:
         if isinstance(limit, int):
@@ -80,39 +88,17 @@ def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int
     return batches
 
 
-class CombinedTrainLoader:
-    """Several training loaders in `max_size_cycle` mode: runs as long as the longest, cycling the others."""
-
-    def __init__(self, loaders: list[Any] | Mapping[str, Any]):
-        self.loaders = loaders
-        self._items = list(loaders.items()) if isinstance(loaders, Mapping) else list(enumerate(loaders))
-
-    def __len__(self) -> int:
-        sizes = [length(loader) for _, loader in self._items]
-        if any(size is None for size in sizes):
-            raise TypeError("a combined loader with an unsized member has no length")
-        return max(sizes)
-
-    def __iter__(self) -> Iterator[Any]:
-        iterators = {key: iter(loader) for key, loader in self._items}
-        exhausted: set[Any] = set()
-        while True:
-            batch = {}
-            for key, loader in self._items:
-                try:
-                    batch[key] = next(iterators[key])
-                except StopIteration:
-                    exhausted.add(key)
-                    if len(exhausted) == len(self._items):
-                        return
-                    iterators[key] = iter(loader)
-                    batch[key] = next(iterators[key])
-            yield batch if isinstance(self.loaders, Mapping) else [batch[i] for i in range(len(self._items))]
-
-
 def train_loader(loaders: Any) -> Any:
+    """Several training loaders run together, by default as long as the longest (`max_size_cycle`)."""
+    if isinstance(loaders, CombinedLoader):
+        if loaders.mode == "sequential":
+            raise MisconfigurationException(
+                "CombinedLoader(mode='sequential') is not supported yet for training; use 'max_size_cycle', "
+                "'min_size' or 'max_size'"
+            )
+        return loaders
     if isinstance(loaders, Mapping | list | tuple):
-        return CombinedTrainLoader(loaders if isinstance(loaders, Mapping) else list(loaders))
+        return CombinedLoader(loaders, "max_size_cycle")
     return loaders
 
 
@@ -133,7 +119,9 @@ def fetch(
     """
     if num_batches <= start:
         return
-    iterator = iter(loader) if profiler is None else _ProfiledIterator(iter(loader), profiler, action)
+    iterator = loader.batches() if isinstance(loader, CombinedLoader) else iter(loader)
+    if profiler is not None:
+        iterator = _ProfiledIterator(iterator, profiler, action)
     try:
         for _ in range(start if positioned is not None else 0):
             next(iterator)
@@ -195,11 +183,9 @@ def transfer(trainer: Any, batch: Any, dataloader_idx: int) -> Any:
 
 def without_shuffling(loader: Any) -> Any:
     """`overfit_batches` trains on the same first batches every epoch: a shuffling loader becomes sequential."""
-    if isinstance(loader, CombinedTrainLoader):
-        members = loader.loaders
-        if isinstance(members, Mapping):
-            return CombinedTrainLoader({key: without_shuffling(value) for key, value in members.items()})
-        return CombinedTrainLoader([without_shuffling(value) for value in members])
+    if isinstance(loader, CombinedLoader):
+        loader.flattened = [without_shuffling(member) for member in loader.flattened]
+        return loader
     if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
         return loader
     warnings.warn(
@@ -225,8 +211,7 @@ def without_shuffling(loader: Any) -> Any:
 
 def set_sampler_epoch(loader: Any, epoch: int) -> None:
     """Samplers that shuffle per epoch (such as DistributedSampler) learn the epoch before it starts."""
-    members = loader.loaders if isinstance(loader, CombinedTrainLoader) else [loader]
-    for member in members.values() if isinstance(members, Mapping) else members:
+    for member in loader.flattened if isinstance(loader, CombinedLoader) else [loader]:
         for sampler in (
             getattr(member, "sampler", None),
             getattr(getattr(member, "batch_sampler", None), "sampler", None),

@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import os
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from devices.transfer import move_to_device
+from stages import saving
+from stages.class_only import class_only
+from stages.device_dtype import DeviceDtypeModuleMixin
 from stages.exceptions import MisconfigurationException
 from stages.hparams import HyperparametersMixin
 
 
-class LightningModule(HyperparametersMixin, nn.Module):
+class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
+
+    # properties TorchScript must not compile (they reach the trainer or are plain Python)
+    __jit_unused_properties__: list[str] = [
+        "example_input_array",
+        "on_gpu",
+        "current_epoch",
+        "global_step",
+        "global_rank",
+        "local_rank",
+        "logger",
+        "loggers",
+        "trainer",
+        "device",
+        "dtype",
+        "hparams",
+        "hparams_initial",
+    ]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trainer: Any = None
@@ -23,13 +50,13 @@ class LightningModule(HyperparametersMixin, nn.Module):
         self.automatic_optimization = True
         self.strict_loading = True
         self.prepare_data_per_node = True
-        self.example_input_array: Any = None
+        self._example_input_array: Any = None
 
     # ---- trainer views ----------------------------------------------------------------------------------
 
     @property
     def trainer(self) -> Any:
-        if self._trainer is None:
+        if self._trainer is None and not self.__dict__.get("_jit_is_scripting", False):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
         return self._trainer
 
@@ -38,12 +65,19 @@ class LightningModule(HyperparametersMixin, nn.Module):
         self._trainer = trainer
 
     @property
-    def device(self) -> torch.device:
-        for tensor in self.parameters():
-            return tensor.device
-        for tensor in self.buffers():
-            return tensor.device
-        return torch.device("cpu")
+    def example_input_array(self) -> Any:
+        """A sample input for `forward`: the summary shows each layer's in/out sizes with it, and `to_onnx` and
+        `to_torchscript(method="trace")` use it when given no input."""
+        return self._example_input_array
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        self._example_input_array = example
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the module is on a CUDA device."""
+        return self.device.type == "cuda"
 
     @property
     def current_epoch(self) -> int:
@@ -168,7 +202,7 @@ class LightningModule(HyperparametersMixin, nn.Module):
         """Only `optimizer`'s parameters keep requires_grad; the others are frozen until untoggle."""
         target = getattr(optimizer, "optimizer", optimizer)
         own = {id(p) for group in target.param_groups for p in group["params"]}
-        self._toggled_requires_grad = {}
+        self._toggled_requires_grad: dict[int, tuple[nn.Parameter, bool]] = {}
         for opt in self.trainer.optimizers:
             for group in opt.param_groups:
                 for param in group["params"]:
@@ -180,6 +214,15 @@ class LightningModule(HyperparametersMixin, nn.Module):
         for param, requires_grad in getattr(self, "_toggled_requires_grad", {}).values():
             param.requires_grad = requires_grad
         self._toggled_requires_grad = {}
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Generator[None, None, None]:
+        """`toggle_optimizer` for the block, `untoggle_optimizer` after it, also when it raises."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         optimizer.step(closure=optimizer_closure)
@@ -313,6 +356,99 @@ class LightningModule(HyperparametersMixin, nn.Module):
             if name in self._modes_before_eval:
                 module.training = self._modes_before_eval[name]
 
+    # ---- loop hooks (each does nothing by default; override the ones you need) ----------------------------
+
+    def on_fit_start(self) -> None:
+        """Called when fit begins, after setup and the checkpoint restore."""
+
+    def on_fit_end(self) -> None:
+        """Called when fit ends."""
+
+    def on_train_start(self) -> None:
+        """Called when training begins, after the sanity check."""
+
+    def on_train_end(self) -> None:
+        """Called when training ends."""
+
+    def on_train_epoch_start(self) -> None:
+        """Called at the start of each training epoch."""
+
+    def on_train_epoch_end(self) -> None:
+        """Called at the end of each training epoch."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        """Called before each training batch; return -1 to end the epoch early."""
+        return None
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Called after each training batch."""
+
+    def on_validation_start(self) -> None:
+        """Called when a validation run begins."""
+
+    def on_validation_end(self) -> None:
+        """Called when a validation run ends."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Called at the start of a validation epoch."""
+
+    def on_validation_epoch_end(self) -> None:
+        """Called at the end of a validation epoch."""
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Called before each validation batch."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Called after each validation batch."""
+
+    def on_test_start(self) -> None:
+        """Called when a test run begins."""
+
+    def on_test_end(self) -> None:
+        """Called when a test run ends."""
+
+    def on_test_epoch_start(self) -> None:
+        """Called at the start of a test epoch."""
+
+    def on_test_epoch_end(self) -> None:
+        """Called at the end of a test epoch."""
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Called before each test batch."""
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Called after each test batch."""
+
+    def on_predict_start(self) -> None:
+        """Called when a predict run begins."""
+
+    def on_predict_end(self) -> None:
+        """Called when a predict run ends."""
+
+    def on_predict_epoch_start(self) -> None:
+        """Called at the start of a predict epoch."""
+
+    def on_predict_epoch_end(self) -> None:
+        """Called at the end of a predict epoch."""
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Called before each predict batch."""
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Called after each predict batch."""
+
+    def on_before_backward(self, loss: Tensor) -> None:
+        """Called before `loss.backward()`."""
+
+    def on_after_backward(self) -> None:
+        """Called after `loss.backward()`, before the optimizer step."""
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        """Called after gradients are ready and before the step."""
+
+    def on_before_zero_grad(self, optimizer: Optimizer) -> None:
+        """Called before the gradients are zeroed."""
+
     # ---- checkpoint hooks -------------------------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -321,19 +457,83 @@ class LightningModule(HyperparametersMixin, nn.Module):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read keys from a checkpoint being restored (override it)."""
 
-    @classmethod
+    @class_only
     def load_from_checkpoint(
-        cls, checkpoint_path: str, map_location: Any = None, strict: bool | None = None, **kwargs: Any
-    ) -> LightningModule:
-        """Build the module from the checkpoint's hyperparameters (overridden by `kwargs`) and load its weights."""
-        from devices.checkpoint_io import load_checkpoint
+        cls: Any,
+        checkpoint_path: str | os.PathLike[str],
+        map_location: Any = None,
+        hparams_file: str | os.PathLike[str] | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Build the module from a checkpoint and load its weights.
 
-        checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu")
-        params = {**checkpoint.get("hyper_parameters", {}), **kwargs}
-        model = cls(**params)
-        model.on_load_checkpoint(checkpoint)
-        model.load_state_dict(checkpoint["state_dict"], strict=model.strict_loading if strict is None else strict)
-        return model
+        The constructor gets the checkpoint's saved hyperparameters, replaced by those in `hparams_file` (a
+        `hparams.yaml`) when given, and overridden by `kwargs`. `map_location` is torch.load's (default: the
+        CPU); the module is returned on the device its loaded weights are on. `strict` defaults to the module's
+        `strict_loading`; `weights_only=True` unpickles only tensors and plain values (torch's safe mode).
+        """
+        return saving.load_from_checkpoint(
+            cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
+        )
+
+    # ---- export -----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def to_torchscript(
+        self,
+        file_path: str | os.PathLike[str] | None = None,
+        method: str = "script",
+        example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The module compiled by TorchScript (`method="script"`) or traced (`"trace"`, on `example_inputs` or
+        `example_input_array`), in eval mode; saved to `file_path` when given. The module's mode is restored."""
+        if method not in ("script", "trace"):
+            raise ValueError(f"to_torchscript method={method!r} must be 'script' or 'trace'")
+        training = self.training
+        scripting = [m for m in self.modules() if isinstance(m, LightningModule)]
+        for module in scripting:
+            module.__dict__["_jit_is_scripting"] = True
+        try:
+            if method == "script":
+                compiled = torch.jit.script(self.eval(), **kwargs)
+            else:
+                inputs = self.example_input_array if example_inputs is None else example_inputs
+                if inputs is None:
+                    raise ValueError(
+                        "to_torchscript(method='trace') needs example_inputs or the module's example_input_array"
+                    )
+                compiled = torch.jit.trace(self.eval(), example_inputs=move_to_device(inputs, self.device), **kwargs)
+        finally:
+            for module in scripting:
+                del module.__dict__["_jit_is_scripting"]
+            self.train(training)
+        if file_path is not None:
+            torch.jit.save(compiled, os.fspath(file_path))
+        return compiled
+
+    @torch.no_grad()
+    def to_onnx(self, file_path: str | os.PathLike[str] | Any, input_sample: Any = None, **kwargs: Any) -> Any:
+        """Export to ONNX with `torch.onnx.export`, on `input_sample` or `example_input_array` (needs the `onnx`
+        package: `pip install statemachine-trainer[onnx]`)."""
+        try:
+            import onnx  # noqa: F401
+        except ImportError as missing:
+            raise ModuleNotFoundError(
+                f"{type(self).__name__}.to_onnx() needs the onnx package: pip install statemachine-trainer[onnx]"
+            ) from missing
+        inputs = self.example_input_array if input_sample is None else input_sample
+        if inputs is None:
+            raise ValueError("to_onnx needs input_sample or the module's example_input_array")
+        inputs = move_to_device(inputs, self.device)
+        args = inputs if isinstance(inputs, tuple) else (inputs,)
+        training = self.training
+        try:
+            return torch.onnx.export(self.eval(), args, file_path, **kwargs)
+        finally:
+            self.train(training)
 
     def freeze(self) -> None:
         for param in self.parameters():
@@ -346,67 +546,34 @@ class LightningModule(HyperparametersMixin, nn.Module):
         self.train()
 
 
-_HOOKS_WITHOUT_BODY = (
-    "on_fit_start",
-    "on_fit_end",
-    "on_train_start",
-    "on_train_end",
-    "on_train_epoch_start",
-    "on_train_epoch_end",
-    "on_validation_start",
-    "on_validation_end",
-    "on_validation_epoch_start",
-    "on_validation_epoch_end",
-    "on_test_start",
-    "on_test_end",
-    "on_test_epoch_start",
-    "on_test_epoch_end",
-    "on_predict_start",
-    "on_predict_end",
-    "on_predict_epoch_start",
-    "on_predict_epoch_end",
-    "on_after_backward",
-)
-_BATCH_HOOKS = (
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
-)
-
-
-def _no_op(self: LightningModule, *args: Any, **kwargs: Any) -> None:
-    """A hook the module may override; by default it does nothing."""
-
-
-def _train_batch_start(self: LightningModule, batch: Any, batch_idx: int) -> int | None:
-    """Return -1 to end the epoch early (override it)."""
-    return None
-
-
-def _train_batch_end(self: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-    """Called after each training batch (override it)."""
-
-
-def _before_backward(self: LightningModule, loss: Tensor) -> None:
-    """Called before `loss.backward()` (override it)."""
-
-
-def _before_optimizer_step(self: LightningModule, optimizer: Optimizer) -> None:
-    """Called after gradients are ready and before the step (override it)."""
-
-
-def _before_zero_grad(self: LightningModule, optimizer: Optimizer) -> None:
-    """Called before the gradients are zeroed (override it)."""
-
-
 # Hooks whose default does nothing: the hook runner skips them when the module does not override them.
 NO_OP_HOOKS = frozenset(
-    _HOOKS_WITHOUT_BODY
-    + _BATCH_HOOKS
-    + (
+    (
+        "on_fit_start",
+        "on_fit_end",
+        "on_train_start",
+        "on_train_end",
+        "on_train_epoch_start",
+        "on_train_epoch_end",
+        "on_validation_start",
+        "on_validation_end",
+        "on_validation_epoch_start",
+        "on_validation_epoch_end",
+        "on_test_start",
+        "on_test_end",
+        "on_test_epoch_start",
+        "on_test_epoch_end",
+        "on_predict_start",
+        "on_predict_end",
+        "on_predict_epoch_start",
+        "on_predict_epoch_end",
+        "on_after_backward",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_test_batch_start",
+        "on_test_batch_end",
+        "on_predict_batch_start",
+        "on_predict_batch_end",
         "on_train_batch_start",
         "on_train_batch_end",
         "on_before_backward",
@@ -420,11 +587,3 @@ NO_OP_HOOKS = frozenset(
         "on_load_checkpoint",
     )
 )
-
-for _name in _HOOKS_WITHOUT_BODY + _BATCH_HOOKS:
-    setattr(LightningModule, _name, _no_op)
-LightningModule.on_train_batch_start = _train_batch_start
-LightningModule.on_train_batch_end = _train_batch_end
-LightningModule.on_before_backward = _before_backward
-LightningModule.on_before_optimizer_step = _before_optimizer_step
-LightningModule.on_before_zero_grad = _before_zero_grad

@@ -1,7 +1,8 @@
 """statemachine: a PyTorch trainer with PyTorch Lightning's API whose control flow is one declarative machine.
 
-Use it as Lightning: `import statemachine as L`, then `L.Trainer`, `L.LightningModule`, ... The public names are
-imported on first use, so `import statemachine` (and the pytest plugin that ships with it) stays fast.
+Use it as Lightning: `import statemachine as L`, then `L.Trainer`, `L.LightningModule`, ... Every import path of
+`lightning.pytorch` has the same path here (`statemachine.callbacks`, `statemachine.loggers`, ...). The public names
+and subpackages are imported on first use, so `import statemachine` (and its pytest plugin) stays fast.
 
 Note: the import name `statemachine` is shared with the unrelated `python-statemachine` package; the two
 cannot be installed in one environment.
@@ -57,11 +58,30 @@ _EXPORTS = {
     "TABLE": "statemachine.table",
     "TransitionSpec": "statemachine.table",
     "Trainer": "statemachine.trainer",
+    "NotSupportedYetError": "statemachine._exports",
 }
+# Lightning's subpackages, reachable as attributes (`L.callbacks.ModelCheckpoint`) like `lightning.pytorch`'s
+_SUBPACKAGES = frozenset(
+    {
+        "accelerators",
+        "callbacks",
+        "core",
+        "demos",
+        "loggers",
+        "plugins",
+        "profilers",
+        "strategies",
+        "trainer",
+        "tuner",
+        "utilities",
+    }
+)
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"statemachine.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'statemachine' has no attribute {name!r}")
@@ -71,4 +91,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBPACKAGES)

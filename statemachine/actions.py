@@ -71,7 +71,7 @@ def restore_weights_and_callbacks(trainer: Trainer) -> None:
     run.ckpt_path = checkpoint.resolve_ckpt_path(trainer, run.ckpt_path_arg)
     if run.ckpt_path is None:
         return
-    run.checkpoint = trainer.strategy.load_checkpoint(run.ckpt_path)
+    run.checkpoint = trainer.strategy.load_checkpoint(run.ckpt_path, weights_only=run.weights_only)
     checkpoint.restore_model_and_callbacks(trainer, run.checkpoint, run.ckpt_path)
 
 

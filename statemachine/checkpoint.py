@@ -10,6 +10,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from devices.checkpoint_io import CorruptCheckpointError
 from stages import resume
@@ -84,13 +85,10 @@ def _callback_states(trainer: Trainer) -> dict[str, Any]:
 
 def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
     module = trainer.lightning_module
-    if module.hparams:
-        checkpoint["hparams_name"] = "kwargs"
-        checkpoint["hyper_parameters"] = dict(module.hparams)
-    datamodule = trainer.datamodule
-    if datamodule is not None and datamodule.hparams:
-        checkpoint["datamodule_hparams_name"] = "kwargs"
-        checkpoint["datamodule_hyper_parameters"] = dict(datamodule.hparams)
+    for owner in (module, trainer.datamodule):
+        if owner is not None and owner.hparams:
+            checkpoint[owner.CHECKPOINT_HYPER_PARAMS_NAME] = owner._hparams_name
+            checkpoint[owner.CHECKPOINT_HYPER_PARAMS_KEY] = dict(owner.hparams)
 
 
 # ---- ckpt_path resolution (reference 7.3) ---------------------------------------------------------------
@@ -144,7 +142,9 @@ def _last_path(trainer: Trainer, fn: str) -> str | None:
             continue
         for path in fs.ls(root, detail=False):
             if _LAST.search(path):
-                candidates.append((fs.modified(path).timestamp(), fs.unstrip_protocol(path)))
+                # a local file is named by its plain path, as the checkpoint callback names it
+                shown = path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(path)
+                candidates.append((fs.modified(path).timestamp(), shown))
     if not candidates:
         warnings.warn(
             f'.{fn}(ckpt_path="last") found no last checkpoint; starting from the current weights',

@@ -6,6 +6,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,16 +23,19 @@ from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.callbacks.model_summary import ModelSummary
 from stages.callbacks.progress import ProgressBar, TQDMProgressBar
 from stages.callbacks.timer import Timer, parse_duration
+from stages.combined_loader import CombinedLoader
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning
 from stages.hooks import is_overridden
 from stages.loggers import DummyLogger, Logger, TensorBoardLogger
+from stages.loop_views import EvaluationLoopView, TrainingEpochLoopView
 from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
+from statemachine import enums as states
 from statemachine import profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.enums import RunningStage, TrainerFn, TrainerState
@@ -43,6 +47,9 @@ from statemachine.signals import SignalConnector
 from statemachine.table import TABLE, MachineTable
 
 _log = logging.getLogger(__name__)
+
+# `lightning.pytorch.trainer.states` has the same path here, while this module stays a single file
+sys.modules[f"{__name__}.states"] = states
 
 
 @dataclass
@@ -59,6 +66,7 @@ class RunContext:
     ckpt_path: str | None = None
     checkpoint: dict[str, Any] | None = None
     exception: BaseException | None = None
+    weights_only: bool = False
     rng_state: dict[str, Any] = field(default_factory=dict)
     results: list[dict[str, float]] = field(default_factory=list)
     predictions: Any = None
@@ -145,6 +153,10 @@ class Trainer:
         self.validate_progress = BatchProgress()
         self.test_progress = BatchProgress()
         self.predict_progress = BatchProgress()
+        self.fit_loop.epoch_loop = TrainingEpochLoopView(self.fit_loop)
+        self.validate_loop = EvaluationLoopView(self, "val")
+        self.test_loop = EvaluationLoopView(self, "test")
+        self.predict_loop = EvaluationLoopView(self, "predict")
         self._run: RunContext | None = None
         self._model: LightningModule | None = None
         self.datamodule: LightningDataModule | None = None
@@ -152,7 +164,8 @@ class Trainer:
         self.should_stop = False
         self.received_sigterm = False
         self.history_dump_path: str | None = None
-        self.ckpt_path: str | None = None
+        self._ckpt_path: str | None = None
+        self._ckpt_path_user_set = False
         self.num_val_batches: list[int | float] = []
         self.num_sanity_val_batches: list[int | float] = []
         self.num_test_batches: list[int | float] = []
@@ -279,7 +292,10 @@ class Trainer:
         val_dataloaders: Any = None,
         datamodule: LightningDataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool | None = None,
     ) -> None:
+        """Train `model`; `ckpt_path` resumes from a checkpoint, read with torch's safe unpickling when
+        `weights_only=True` (checkpoints holding arbitrary objects then fail to load)."""
         self._refuse_reentry("fit")
         if isinstance(train_dataloaders, LightningDataModule):
             train_dataloaders, datamodule = None, train_dataloaders
@@ -293,7 +309,16 @@ class Trainer:
                 stacklevel=2,
             )
         loaders = {"train": train_dataloaders, "val": val_dataloaders}
-        self._execute("fit", TrainerFn.FITTING, model, datamodule, loaders, ckpt_path, model_passed=True)
+        self._execute(
+            "fit",
+            TrainerFn.FITTING,
+            model,
+            datamodule,
+            loaders,
+            ckpt_path,
+            model_passed=True,
+            weights_only=bool(weights_only),
+        )
 
     def validate(
         self,
@@ -393,10 +418,10 @@ class Trainer:
         model_passed: bool,
         **options: Any,
     ) -> RunContext:
-        if self.ckpt_path is not None and ckpt_path is not None:
+        if self._ckpt_path_user_set and ckpt_path is not None:
             warnings.warn("trainer.ckpt_path was set and a ckpt_path was passed; using the argument", stacklevel=3)
-            self.ckpt_path = None
-        chosen = ckpt_path if ckpt_path is not None else self.ckpt_path
+            self._ckpt_path_user_set = False
+        chosen = ckpt_path if ckpt_path is not None or not self._ckpt_path_user_set else self._ckpt_path
         self._run = RunContext(
             fn=fn,
             model=model,
@@ -412,6 +437,8 @@ class Trainer:
             self._drive(trigger)
         finally:
             self._run = None
+            if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it
+                self._ckpt_path = run.ckpt_path
         return run
 
     def _drive(self, trigger: str) -> None:
@@ -604,11 +631,34 @@ class Trainer:
 
     @property
     def train_dataloader(self) -> Any:
-        return self.fit_loop.train_loader
+        """The training loader(s) as given (a collection of loaders, not the CombinedLoader wrapping it)."""
+        loader = self.fit_loop.train_loader
+        return loader.iterables if isinstance(loader, CombinedLoader) else loader
 
     @property
     def logger(self) -> Logger | None:
         return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Logger | None) -> None:
+        """Replace the loggers with this one (None: no logger)."""
+        self.loggers = [logger] if logger else []
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the current or last fit/validate/test/predict loaded ("best" and "last" resolved to the
+        file); None when it loaded none. Setting it makes the following calls load that file."""
+        return self._run.ckpt_path if self._run is not None else self._ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: str | os.PathLike[str] | None) -> None:
+        self._ckpt_path = None if path is None else os.fspath(path)
+        self._ckpt_path_user_set = path is not None
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """`print` on global rank zero only."""
+        if self.is_global_zero:
+            print(*args, **kwargs)
 
     @property
     def default_root_dir(self) -> str:

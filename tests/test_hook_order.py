@@ -15,7 +15,7 @@ import torch
 from hooked import HookedDataModule, HookedModel, ManualHookedModel, RecordingCallback
 
 import statemachine as L
-from stages.module import _BATCH_HOOKS, _HOOKS_WITHOUT_BODY
+from stages.module import NO_OP_HOOKS
 
 # ---- the reference's shorthands ---------------------------------------------------------------------------
 
@@ -675,19 +675,9 @@ def test_the_recording_callback_overrides_every_callback_hook() -> None:
 
 
 MODULE_HOOKS = [
-    *_HOOKS_WITHOUT_BODY,
-    *_BATCH_HOOKS,
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_before_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
+    *sorted(NO_OP_HOOKS),
     "configure_callbacks",
-    "configure_model",
     "configure_optimizers",
-    "prepare_data",
-    "setup",
-    "teardown",
     "train_dataloader",
     "val_dataloader",
     "test_dataloader",
@@ -713,8 +703,6 @@ MODULE_HOOKS = [
     "on_test_model_train",
     "on_predict_model_eval",
     "on_predict_model_train",
-    "on_save_checkpoint",
-    "on_load_checkpoint",
 ]
 
 

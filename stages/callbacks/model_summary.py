@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from devices.transfer import move_to_device
 from stages.callbacks.callback import Callback
 
 _UNITS = ("", " K", " M", " B", " T")
@@ -31,33 +32,143 @@ class ModelSummary(Callback):
 
 def summarize(module: nn.Module, max_depth: int = 1) -> str:
     """The module's submodules down to `max_depth` levels (-1: all, 0: none) with their parameter counts and
-    train/eval mode, followed by totals for the whole module."""
-    _check_max_depth(max_depth)
-    rows = [
-        [str(index), name, type(child).__name__, human_count(_count(child.parameters())), _mode(child)]
-        for index, (name, child) in enumerate(
-            (name, child)
-            for name, child in module.named_modules()
-            if name and (max_depth == -1 or name.count(".") < max_depth)
-        )
-    ]
-    lines = _table(["", "Name", "Type", "Params", "Mode"], rows) if rows else []
+    train/eval mode (and their input and output sizes when the module has an `example_input_array`), followed by
+    totals for the whole module."""
+    return str(Summary(module, max_depth))
 
-    params = list(module.parameters())
-    trainable = _count(p for p in params if p.requires_grad)
-    total = _count(params)
-    size_mb = sum(p.numel() * p.element_size() for p in params if not _is_uninitialized(p)) / 1e6
-    modes = [m.training for m in module.modules()]
-    totals = [
-        (human_count(trainable), "Trainable params"),
-        (human_count(total - trainable), "Non-trainable params"),
-        (human_count(total), "Total params"),
-        (f"{size_mb:,.3f}", "Total estimated model params size (MB)"),
-        (str(sum(modes)), "Modules in train mode"),
-        (str(len(modes) - sum(modes)), "Modules in eval mode"),
-    ]
-    lines += [f"{value:<10}{label}" for value, label in totals]
-    return "\n".join(lines)
+
+class Summary:
+    """The numbers behind the summary table (`lightning.pytorch.utilities.model_summary.ModelSummary`)."""
+
+    def __init__(self, model: nn.Module, max_depth: int = 1) -> None:
+        _check_max_depth(max_depth)
+        self._model = model
+        self._max_depth = max_depth
+        self._layers = [
+            (name, child)
+            for name, child in model.named_modules()
+            if name and max_depth != 0 and (max_depth == -1 or name.count(".") < max_depth)
+        ]
+        self._in_sizes, self._out_sizes = _layer_sizes(model, [child for _, child in self._layers])
+
+    @property
+    def max_depth(self) -> int:
+        return self._max_depth
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [name for name, _ in self._layers]
+
+    @property
+    def layer_types(self) -> list[str]:
+        return [type(child).__name__ for _, child in self._layers]
+
+    @property
+    def param_nums(self) -> list[int]:
+        return [_count(child.parameters()) for _, child in self._layers]
+
+    @property
+    def training_modes(self) -> list[bool]:
+        return [child.training for _, child in self._layers]
+
+    @property
+    def in_sizes(self) -> list[Any]:
+        """Each layer's input shape in the forward pass on `example_input_array` ("?" when it did not run)."""
+        return self._in_sizes
+
+    @property
+    def out_sizes(self) -> list[Any]:
+        return self._out_sizes
+
+    @property
+    def total_parameters(self) -> int:
+        return _count(self._model.parameters())
+
+    @property
+    def trainable_parameters(self) -> int:
+        return _count(p for p in self._model.parameters() if p.requires_grad)
+
+    @property
+    def model_size(self) -> float:
+        """The parameters' size in megabytes."""
+        params = self._model.parameters()
+        return sum(p.numel() * p.element_size() for p in params if not _is_uninitialized(p)) / 1e6
+
+    def __str__(self) -> str:
+        header = ["", "Name", "Type", "Params", "Mode"]
+        rows = [
+            [str(index), name, kind, human_count(count), "train" if training else "eval"]
+            for index, (name, kind, count, training) in enumerate(
+                zip(self.layer_names, self.layer_types, self.param_nums, self.training_modes)
+            )
+        ]
+        if self._in_sizes:
+            header += ["In sizes", "Out sizes"]
+            for row, in_size, out_size in zip(rows, self._in_sizes, self._out_sizes):
+                row += [str(in_size), str(out_size)]
+        lines = _table(header, rows) if rows else []
+        trainable = self.trainable_parameters
+        total = self.total_parameters
+        modes = [m.training for m in self._model.modules()]
+        totals = [
+            (human_count(trainable), "Trainable params"),
+            (human_count(total - trainable), "Non-trainable params"),
+            (human_count(total), "Total params"),
+            (f"{self.model_size:,.3f}", "Total estimated model params size (MB)"),
+            (str(sum(modes)), "Modules in train mode"),
+            (str(len(modes) - sum(modes)), "Modules in eval mode"),
+        ]
+        lines += [f"{value:<10}{label}" for value, label in totals]
+        return "\n".join(lines)
+
+
+UNKNOWN_SIZE = "?"
+
+
+def _layer_sizes(model: nn.Module, layers: list[nn.Module]) -> tuple[list[Any], list[Any]]:
+    """Run `model` once on its `example_input_array` (no grad, eval mode, then its modes restored) and record each
+    layer's input and output shapes. Without an example, or without layers, there are no sizes."""
+    example = getattr(model, "example_input_array", None)
+    if example is None or not layers:
+        return [], []
+    in_sizes: list[Any] = [UNKNOWN_SIZE] * len(layers)
+    out_sizes: list[Any] = [UNKNOWN_SIZE] * len(layers)
+
+    def recorder(index: int) -> Any:
+        def record(_: nn.Module, inputs: Any, output: Any) -> None:
+            in_sizes[index] = _shape(inputs[0] if isinstance(inputs, tuple) and len(inputs) == 1 else inputs)
+            out_sizes[index] = _shape(output)
+
+        return record
+
+    handles = [layer.register_forward_hook(recorder(index)) for index, layer in enumerate(layers)]
+    modes = {name: m.training for name, m in model.named_modules()}
+    device = next((p.device for p in model.parameters() if not _is_uninitialized(p)), torch.device("cpu"))
+    example = move_to_device(example, device)
+    try:
+        model.eval()
+        with torch.no_grad():
+            if isinstance(example, tuple | list):
+                model(*example)
+            elif isinstance(example, dict):
+                model(**example)
+            else:
+                model(example)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for name, module in model.named_modules():
+            module.training = modes.get(name, module.training)
+    return in_sizes, out_sizes
+
+
+def _shape(value: Any) -> Any:
+    """A tensor's shape as a list; a sequence of tensors as a list of shapes; anything else is unknown."""
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, tuple | list):
+        return [_shape(item) for item in value]
+    return UNKNOWN_SIZE
 
 
 def human_count(number: int) -> str:
@@ -89,10 +200,6 @@ def _count(params: Any) -> int:
 
 def _is_uninitialized(param: torch.Tensor) -> bool:
     return isinstance(param, nn.parameter.UninitializedParameter)
-
-
-def _mode(module: nn.Module) -> str:
-    return "train" if module.training else "eval"
 
 
 def _check_max_depth(max_depth: Any) -> None:

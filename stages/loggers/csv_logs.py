@@ -1,18 +1,15 @@
-"""CSV logger: metrics to `metrics.csv`, hyperparameters to `hparams.json`, every write atomic."""
+"""CSV logger: metrics to `metrics.csv`, hyperparameters to `hparams.yaml`, every write atomic."""
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from typing import IO, Any
-
-import torch
 
 from stages.loggers.logger import (
     FileLogger,
@@ -22,14 +19,15 @@ from stages.loggers.logger import (
     hparams_as_mapping,
     metrics_to_floats,
 )
+from stages.saving import hparams_yaml
 
 METRICS_FILE = "metrics.csv"
-HPARAMS_FILE = "hparams.json"
+HPARAMS_FILE = "hparams.yaml"
 
 
 class CSVLogger(FileLogger):
     """Writes `<save_dir>/<name>/version_<N>/metrics.csv` (a `step` column, then one column per metric key)
-    and `hparams.json`. Rows are buffered and written every `flush_logs_every_n_steps` steps and on save."""
+    and `hparams.yaml`. Rows are buffered and written every `flush_logs_every_n_steps` steps and on save."""
 
     PREFIX_SEPARATOR = "-"
 
@@ -100,7 +98,7 @@ class CSVWriter:
 
     def log_hparams(self, params: Mapping[str, Any] | argparse.Namespace) -> None:
         self.hparams.update(hparams_as_mapping(params))
-        text = json.dumps(_jsonable(self.hparams), indent=2, sort_keys=True) + "\n"
+        text = hparams_yaml(self.hparams)
         _atomic_write(self.hparams_file, lambda out: out.write(text))
 
     def save(self) -> None:
@@ -147,22 +145,3 @@ def _atomic_write(path: str, write: Callable[[IO[str]], Any]) -> None:
     except BaseException:
         os.unlink(tmp_path)
         raise
-
-
-def _jsonable(value: Any) -> Any:
-    """Hyperparameters as JSON: nesting kept, tensors as numbers or lists, anything unknown as its str."""
-    if isinstance(value, argparse.Namespace):
-        value = vars(value)
-    if isinstance(value, Mapping):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    # numpy scalars and arrays
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return _jsonable(tolist())
-    return str(value)

@@ -17,8 +17,10 @@ from stages.loggers.logger import (
     check_finalize_status,
     check_prefix,
     flatten_hparams,
+    hparams_as_mapping,
     metrics_to_floats,
 )
+from stages.saving import save_hparams_to_yaml
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -29,6 +31,7 @@ class TensorBoardLogger(FileLogger):
     import) is created on first use so that importing the package stays fast."""
 
     PREFIX_SEPARATOR = "-"
+    NAME_HPARAMS_FILE = "hparams.yaml"
 
     def __init__(
         self,
@@ -53,6 +56,7 @@ class TensorBoardLogger(FileLogger):
         self._prefix = check_prefix(prefix)
         self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         self._experiment: SummaryWriter | None = None
+        self.hparams: dict[str, Any] = {}
 
     @property
     def log_dir(self) -> str:
@@ -87,6 +91,7 @@ class TensorBoardLogger(FileLogger):
         `hp_metric` = -1 so the dashboard has a column to fill in later with `self.log("hp_metric", ...)`."""
         from torch.utils.tensorboard.summary import hparams
 
+        self.hparams.update(hparams_as_mapping(params))
         flat = _sanitize_for_tensorboard(flatten_hparams(params))
         if metrics is None:
             metrics = {"hp_metric": -1.0} if self._default_hp_metric else {}
@@ -103,14 +108,21 @@ class TensorBoardLogger(FileLogger):
             file_writer.add_summary(summary)
 
     def save(self) -> None:
+        """Flush the event file, and write `hparams.yaml` into the log directory once it exists (the file is
+        what `load_from_checkpoint(hparams_file=...)` reads)."""
         if self._experiment is not None:
             self._experiment.flush()
+        hparams_file = os.path.join(self.log_dir, self.NAME_HPARAMS_FILE)
+        if os.path.isdir(self.log_dir) and not os.path.isfile(hparams_file):
+            save_hparams_to_yaml(hparams_file, self.hparams)
 
     def finalize(self, status: str) -> None:
         check_finalize_status(status)
         if self._experiment is not None:
             self._experiment.flush()
             self._experiment.close()
+        if status == "success":
+            self.save()
 
 
 def _sanitize_for_tensorboard(params: dict[str, Any]) -> dict[str, bool | int | float | str]:

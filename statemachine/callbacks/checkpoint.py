@@ -1,0 +1,5 @@
+"""`lightning.pytorch.callbacks.checkpoint`."""
+
+from stages.callbacks.callback import Checkpoint
+
+__all__ = ["Checkpoint"]

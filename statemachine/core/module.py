@@ -1,0 +1,5 @@
+"""`lightning.pytorch.core.module`."""
+
+from stages.module import LightningModule
+
+__all__ = ["LightningModule"]

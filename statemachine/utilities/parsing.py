@@ -1,0 +1,5 @@
+"""`lightning.pytorch.utilities.parsing`."""
+
+from stages.hparams import AttributeDict
+
+__all__ = ["AttributeDict"]
