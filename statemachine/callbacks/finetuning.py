@@ -1,0 +1,5 @@
+"""`lightning.pytorch.callbacks.finetuning`."""
+
+from stages.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
+
+__all__ = ["BackboneFinetuning", "BaseFinetuning"]
