@@ -25,16 +25,17 @@ def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> lis
     hooks = trainer._hooks
     progress = trainer.predict_progress
     keep = trainer._run.return_predictions
-    trainer.lightning_module._record_modes()
-    hooks.module("on_predict_model_eval")
-    hooks.callbacks("on_predict_start")
-    hooks.module("on_predict_start")
-    hooks.callbacks("on_predict_epoch_start")
-    hooks.module("on_predict_epoch_start")
-    progress.reset_current()
-    outputs: list[list[Any]] = [[] for _ in loaders]
+    # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
+        trainer.lightning_module._record_modes()
+        hooks.module("on_predict_model_eval")
+        hooks.callbacks("on_predict_start")
+        hooks.module("on_predict_start")
+        hooks.callbacks("on_predict_epoch_start")
+        hooks.module("on_predict_epoch_start")
+        progress.reset_current()
+        outputs: list[list[Any]] = [[] for _ in loaders]
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
             for batch_idx, batch, _ in data.fetch(loader, count):
                 progress.increment_ready()
@@ -51,9 +52,9 @@ def _predict(trainer: Any, loaders: list[Any], counts: list[int | float]) -> lis
                 progress.increment_completed()
                 if keep:
                     outputs[dataloader_idx].append(prediction)
-    hooks.callbacks("on_predict_epoch_end")
-    hooks.module("on_predict_epoch_end")
-    hooks.callbacks("on_predict_end")
-    hooks.module("on_predict_end")
-    hooks.module("on_predict_model_train")
+        hooks.callbacks("on_predict_epoch_end")
+        hooks.module("on_predict_epoch_end")
+        hooks.callbacks("on_predict_end")
+        hooks.module("on_predict_end")
+        hooks.module("on_predict_model_train")
     return outputs
