@@ -51,6 +51,7 @@ def evaluate(
                 if trainer.received_sigterm and not (is_last and last_loader):
                     raise SIGTERMException()
         metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
+        metrics.epoch_end_reached(kind)
         hooks.callbacks(f"on_{noun}_epoch_end")
         hooks.module(f"on_{noun}_epoch_end")
         reduced = metrics.epoch_end(kind, trainer.fit_loop.batches_that_stepped, not sanity)
@@ -86,7 +87,7 @@ def _eval_batch(
     hooks.module(f"on_{noun}_batch_end", output, *args)
     progress.increment_completed()
     if not sanity:
-        trainer._metrics.step_end(kind, progress.total.completed, True)
+        trainer._metrics.step_end(kind, None, True)
 
 
 class FitValidation:

@@ -18,6 +18,7 @@ from stages.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.callbacks.timer import Timer, parse_duration
 from stages.exceptions import MisconfigurationException
+from stages.progress import BatchProgress
 
 
 class FakeStrategy:
@@ -62,6 +63,7 @@ class FakeTrainer:
         self.num_val_batches: list[int] = []
         self.num_training_batches = 2
         self.lightning_module = None
+        self.fit_loop = SimpleNamespace(val_progress=BatchProgress())
         self.saved: list[str] = []
         for key, value in overrides.items():
             setattr(self, key, value)

@@ -386,3 +386,26 @@ def test_early_stopping_records_its_stopping_reason_and_checkpoints_it(tmp_path:
     restored.load_state_dict(state)
     assert restored.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
     assert [reason.value for reason in EarlyStoppingReason] == [0, 1, 2, 3, 4]
+
+
+# ---- a ModelCheckpoint monitor that is never logged -----------------------------------------------------
+
+
+def test_a_monitor_never_logged_is_an_error_once_validation_has_run(tmp_path: Path) -> None:
+    callback = L.ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="never_logged")
+    trainer = quiet_trainer(
+        tmp_path, callbacks=[callback], enable_checkpointing=True, limit_train_batches=2, limit_val_batches=1
+    )
+    # the save at the train epoch end follows this epoch's validation, so the key cannot still be coming
+    with pytest.raises(MisconfigurationException, match="could not find the monitored key"):
+        trainer.fit(TinyModel(), make_loader(), make_loader())
+
+
+def test_a_monitor_never_logged_only_warns_while_no_validation_ran(tmp_path: Path) -> None:
+    callback = L.ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="never_logged")
+    trainer = quiet_trainer(
+        tmp_path, callbacks=[callback], enable_checkpointing=True, limit_train_batches=2, limit_val_batches=0
+    )
+    with pytest.warns(UserWarning, match="could not find the monitored key"):
+        trainer.fit(TinyModel(), make_loader())
+    assert not (tmp_path / "ckpts").exists() or os.listdir(tmp_path / "ckpts") == []

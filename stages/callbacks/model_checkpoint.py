@@ -341,7 +341,8 @@ class ModelCheckpoint(Checkpoint):
         if self.monitor is None:
             self._save_none_monitor_checkpoint(trainer, candidates)
         elif self.monitor not in candidates:
-            self._report_missing_monitor(candidates, strict)
+            # Once an in-fit validation has run, a missing key can no longer be a metric still to come.
+            self._report_missing_monitor(candidates, strict or trainer.fit_loop.val_progress.current.completed > 0)
         else:
             self._save_monitor_checkpoint(trainer, candidates)
 
