@@ -288,20 +288,20 @@ class MetricsCollector:
 
         `step` None: an evaluation batch, logged at its loader's own count of batches, as Lightning does.
         """
-        bucket = self._buckets[bucket_name]
-        callback, logged, progress = _step_view(bucket, bucket_name == "train")
-        for entry in bucket.values():
-            entry.step_value = None
-        self._callback.update(callback)
-        self._logged.update(logged)
-        self._progress.update(progress)
+        add_epoch = step is not None
         if step is None:
             step = self._eval_batches_seen.get(self.dataloader_idx, 0)
             self._eval_batches_seen[self.dataloader_idx] = step + 1
-            if send_to_loggers and logged:
-                self._send(logged, step, add_epoch=False)
-        elif send_to_loggers and logged:
-            self._send(logged, step)
+        bucket = self._buckets[bucket_name]
+        if not bucket:
+            return
+        callback, logged, progress = _step_view(bucket, bucket_name == "train", consume=True)
+        self._callback.update(callback)
+        self._logged.update(logged)
+        if progress:
+            self._progress.update(progress)
+        if send_to_loggers and logged:
+            self._send(logged, step, add_epoch)
 
     def epoch_end(self, bucket_name: str, step: int, send_to_loggers: bool) -> dict[str, Tensor]:
         """After an epoch's end hooks: reduce, publish and forget this stage's epoch values. Returns what the
@@ -365,10 +365,10 @@ class MetricsCollector:
 
 
 def _step_view(
-    bucket: dict[str, _Entry], training: bool
+    bucket: dict[str, _Entry], training: bool, consume: bool = False
 ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, float]]:
     """What the batch in flight logged on_step: loggers and the progress bar see it; callbacks only in training
-    (evaluation step values never become callback metrics)."""
+    (evaluation step values never become callback metrics). `consume`: the batch ended, forget its values."""
     callback: dict[str, Tensor] = {}
     logged: dict[str, Tensor] = {}
     progress: dict[str, float] = {}
@@ -376,7 +376,9 @@ def _step_view(
         value = entry.step_value
         if value is None or not entry.on_step:
             continue
-        key = entry.forked_keys(name)[0]
+        if consume:
+            entry.step_value = None
+        key = entry.step_key or entry.forked_keys(name)[0]
         if entry.logger:
             logged[key] = value
         if training:

@@ -179,7 +179,8 @@ class Optimization:
                 UserWarning,
                 stacklevel=2,
             )
-            optimizers, configs = [NoOptimizer()], []
+            optimizers: list[Optimizer] = [NoOptimizer()]
+            configs: list[LRSchedulerConfig] = []
         else:
             optimizers, configs = parse_optimizers(returned)
         if module.automatic_optimization and len(optimizers) > 1:

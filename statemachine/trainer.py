@@ -478,7 +478,10 @@ class Trainer:
     def state(self) -> TrainerState:
         spec = self._flow.spec
         fn = spec.fn if spec.fn is not None or spec.name == "idle" else self._last_fn
-        return TrainerState(status=spec.status, fn=fn, stage=self._stage)
+        run = self._run
+        # inlined `_stage`: `self.log` reads the state on every call
+        stage = run.failed_stage if run is not None and run.failed_stage is not None else spec.stage
+        return TrainerState(status=spec.status, fn=fn, stage=stage)
 
     @property
     def _stage(self) -> RunningStage | None:
