@@ -284,3 +284,29 @@ def test_without_autolog_no_hyperparameters_or_graph_are_sent(tmp_path: Path) ->
     )
     trainer.fit(LogsLess(), make_loader())
     assert not [call for call in logger.calls if call[0] in ("log_hyperparams", "log_graph")]
+
+
+def test_several_eval_loaders_name_the_forked_values_before_the_loader_suffix(tmp_path: Path) -> None:
+    class TwoLoaders(Logs):
+        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.log("v", float(batch_idx + 10 * dataloader_idx))
+            self.log("vb", float(batch_idx + 10 * dataloader_idx), on_step=True, on_epoch=True)
+
+        def on_validation_epoch_end(self) -> None:
+            self.log("e", 3.0)
+
+    trainer = quiet_trainer(tmp_path, limit_val_batches=2)
+    results = trainer.validate(TwoLoaders(), [make_loader(), make_loader()], verbose=False)
+    assert results == [
+        {"v/dataloader_idx_0": 0.5, "vb_epoch/dataloader_idx_0": 0.5, "e": 3.0},
+        {"v/dataloader_idx_1": 10.5, "vb_epoch/dataloader_idx_1": 10.5, "e": 3.0},
+    ]
+    assert _numbers(trainer.logged_metrics) == {
+        "e": 3.0,
+        "v/dataloader_idx_0": 0.5,
+        "v/dataloader_idx_1": 10.5,
+        "vb_epoch/dataloader_idx_0": 0.5,
+        "vb_epoch/dataloader_idx_1": 10.5,
+        "vb_step/dataloader_idx_0": 1.0,
+        "vb_step/dataloader_idx_1": 11.0,
+    }
