@@ -35,16 +35,17 @@ def evaluate(
     hooks = trainer._hooks
     metrics = trainer._metrics
     module = trainer.lightning_module
-    module._record_modes()
-    hooks.module(f"on_{noun}_model_eval")
-    hooks.callbacks(f"on_{noun}_start")
-    hooks.module(f"on_{noun}_start")
-    hooks.callbacks(f"on_{noun}_epoch_start")
-    hooks.module(f"on_{noun}_epoch_start")
-    progress.reset_current()
-    metrics.num_dataloaders = len(loaders)
+    # The whole loop, its start and end hooks included, runs without autograd (inference mode outside fit).
     grad_mode = torch.inference_mode() if trainer.inference_mode and not in_fit else torch.no_grad()
     with grad_mode:
+        module._record_modes()
+        hooks.module(f"on_{noun}_model_eval")
+        hooks.callbacks(f"on_{noun}_start")
+        hooks.module(f"on_{noun}_start")
+        hooks.callbacks(f"on_{noun}_epoch_start")
+        hooks.module(f"on_{noun}_epoch_start")
+        progress.reset_current()
+        metrics.num_dataloaders = len(loaders)
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
             metrics.dataloader_idx = dataloader_idx
             last_loader = dataloader_idx == len(loaders) - 1
@@ -55,13 +56,14 @@ def evaluate(
                 progress.is_last_batch = is_last
                 if trainer.received_sigterm and not (is_last and last_loader):
                     raise SIGTERMException()
-    metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
-    hooks.callbacks(f"on_{noun}_epoch_end")
-    hooks.module(f"on_{noun}_epoch_end")
-    reduced = metrics.epoch_end(kind, trainer.fit_loop.batches_that_stepped, not sanity)
-    hooks.callbacks(f"on_{noun}_end")
-    hooks.module(f"on_{noun}_end")
-    hooks.module(f"on_{noun}_model_train")
+        metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
+        metrics.epoch_end_reached(kind)
+        hooks.callbacks(f"on_{noun}_epoch_end")
+        hooks.module(f"on_{noun}_epoch_end")
+        reduced = metrics.epoch_end(kind, trainer.fit_loop.batches_that_stepped, not sanity)
+        hooks.callbacks(f"on_{noun}_end")
+        hooks.module(f"on_{noun}_end")
+        hooks.module(f"on_{noun}_model_train")
     return metrics.eval_results(reduced, len(loaders))
 
 
@@ -92,7 +94,7 @@ def _eval_batch(
     hooks.module(batch_end, output, *args)
     progress.increment_completed()
     if not sanity:
-        trainer._metrics.step_end(kind, progress.total.completed, True)
+        trainer._metrics.step_end(kind, None, True)
 
 
 class FitValidation:

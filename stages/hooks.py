@@ -1,20 +1,35 @@
 """Calling hooks: callbacks, LightningModule, DataModule, in Lightning's owner order.
 
-Which callbacks override which hook is computed once per run, so a per-batch hook costs one dict lookup plus
-the calls that actually do something.
+Which hooks a callback or the module really has is decided once per run and per instance (a hook assigned on
+the instance counts, one set to None is switched off), so a per-batch hook costs one dict lookup plus the calls
+that actually do something.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from stages.callbacks.callback import Callback, Checkpoint
 from stages.callbacks.early_stopping import EarlyStopping
 from stages.module import NO_OP_HOOKS, LightningModule
 
+# The step methods Lightning calls without `batch_idx` when their signature has no room for it.
+STEP_METHODS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+
+# How `HookRunner.module` calls a hook, decided once per run.
+_SKIP = 0  # no-op default, or switched off with None
+_DEFAULT = 1  # Lightning's own default with a body: no hook-name bookkeeping (they never call self.log)
+_USER = 2  # the user's implementation
+_USER_WITHOUT_BATCH_IDX = 3  # the user's step method, which takes no `batch_idx`
+
 
 def is_overridden(name: str, instance: object, parent: type) -> bool:
-    """True when `instance`'s class defines `name` differently from `parent`."""
+    """True when `instance` has its own `name`: assigned on the instance (not None), or defined differently from
+    `parent` in its class. `model.validation_step = None` therefore counts as not implemented, as in Lightning."""
+    own = getattr(instance, "__dict__", {})
+    if name in own:
+        return own[name] is not None
     attribute = getattr(type(instance), name, None)
     return attribute is not None and attribute is not getattr(parent, name, None)
 
@@ -27,8 +42,22 @@ def callback_has_hook(name: str, callback: Callback) -> bool:
     return is_overridden(name, callback, Callback)
 
 
+def takes_batch_idx(step: Any) -> bool:
+    """Whether a step method is called with `batch_idx`: it names it, takes `*args`, or has two positional slots."""
+    try:
+        parameters = inspect.signature(step).parameters.values()
+    except (TypeError, ValueError):
+        return True  # a builtin or C callable without a signature: pass everything, as documented
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return (
+        any(p.kind is p.VAR_POSITIONAL for p in parameters)
+        or any(p.name == "batch_idx" for p in positional)
+        or len(positional) >= 2
+    )
+
+
 def is_monitoring(callback: Callback) -> bool:
-    """Monitoring callbacks run after the module in `on_train_epoch_end` (reference 5.8)."""
+    """Monitoring callbacks run after the module in `on_train_epoch_end`."""
     return isinstance(callback, Checkpoint | EarlyStopping)
 
 
@@ -36,21 +65,36 @@ class HookRunner:
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self._overriding: dict[str, list[Callback]] = {}
+        self._module_plans: dict[str, int] = {}
         self._module_overrides: dict[str | tuple[str, ...], bool] = {}
         self._module: Any = None
 
     def reset(self) -> None:
-        """Forget the override caches: the callback list or the module changed."""
+        """Forget what was decided: the callback list or the module changed, or a new run starts."""
         self._overriding = {}
+        self._module_plans = {}
         self._module_overrides = {}
         self._module = self.trainer.lightning_module
 
     def _module_overrides_hook(self, name: str, module: Any) -> bool:
         found = self._module_overrides.get(name)
         if found is None:
-            found = is_overridden(name, module, LightningModule) or name in module.__dict__
+            found = is_overridden(name, module, LightningModule)
             self._module_overrides[name] = found
         return found
+
+    def _plan(self, name: str) -> int:
+        module = self._module
+        if not callable(getattr(module, name, None)):
+            plan = _SKIP
+        elif self._module_overrides_hook(name, module):
+            plan = _USER
+            if name in STEP_METHODS and not takes_batch_idx(getattr(module, name)):
+                plan = _USER_WITHOUT_BATCH_IDX
+        else:
+            plan = _SKIP if name in NO_OP_HOOKS else _DEFAULT
+        self._module_plans[name] = plan
+        return plan
 
     def _callbacks_for(self, name: str) -> list[Callback]:
         found = self._overriding.get(name)
@@ -86,13 +130,15 @@ class HookRunner:
 
     def module(self, name: str, *args: Any, **kwargs: Any) -> Any:
         module = self._module
-        overridden = self._module_overrides.get(name)
-        if overridden is None:
-            overridden = self._module_overrides_hook(name, module)
-        if not overridden:
-            # Lightning's own defaults never call self.log, so they need no hook-name bookkeeping, and the
-            # ones that do nothing are not called at all: this runs about fifteen times a batch.
-            return None if name in NO_OP_HOOKS else getattr(module, name)(*args, **kwargs)
+        plan = self._module_plans.get(name)
+        if plan is None:
+            plan = self._plan(name)
+        if plan == _SKIP:
+            return None
+        if plan == _DEFAULT:
+            return getattr(module, name)(*args, **kwargs)
+        if plan == _USER_WITHOUT_BATCH_IDX:
+            args = args[:1] + args[2:]
         state = module.__dict__
         previous = state["_current_fx_name"]
         state["_current_fx_name"] = name
@@ -113,7 +159,6 @@ class HookRunner:
         return found
 
     def datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        datamodule = self.trainer.datamodule
-        if datamodule is None:
-            return None
-        return getattr(datamodule, name)(*args, **kwargs)
+        hook = getattr(self.trainer.datamodule, name, None)
+        # No DataModule, or a hook switched off with None.
+        return hook(*args, **kwargs) if callable(hook) else None

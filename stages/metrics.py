@@ -148,8 +148,21 @@ class _Entry:
     metric: Any = None
     # the eval loader a batch hook logged this from, when there are several; None: it belongs to every loader
     dataloader_idx: int | None = None
-    step_key: str = ""  # the names it is published under, made once (no formatting per batch)
+    # the names loggers see, `<name>_step`/`<name>_epoch` when logged on both (set by `forked_keys`)
+    step_key: str = ""
     epoch_key: str = ""
+
+    def forked_keys(self, name: str) -> tuple[str, str]:
+        """With both flags the loggers get `x_step` and `x_epoch` (`x_epoch/dataloader_idx_1` with several eval
+        loaders); otherwise the name itself."""
+        if not self.step_key:
+            if self.on_step and self.on_epoch:
+                head, marker, index = name.partition("/dataloader_idx_")
+                self.step_key = f"{head}_step{marker}{index}"
+                self.epoch_key = f"{head}_epoch{marker}{index}"
+            else:
+                self.step_key = self.epoch_key = name
+        return self.step_key, self.epoch_key
 
     def accumulate(self, value: Tensor, batch_size: int) -> None:
         if self.total is None:
@@ -181,35 +194,45 @@ class MetricsCollector:
         self._buckets: dict[str, dict[str, _Entry]] = {"train": {}, "val": {}, "test": {}}
         self._callback: dict[str, Tensor] = {}
         self._logged: dict[str, Tensor] = {}
-        self._progress: dict[str, Tensor | float] = {}  # tensors until read: reading syncs the device
+        self._progress: dict[str, Tensor] = {}  # tensors until read: reading syncs the device
         self._bucket_by_state: dict[str, dict[str, _Entry] | None] = {}
         self.current_batch: Any = None
         self.dataloader_idx = 0
         self.num_dataloaders = 1
         self._batch_size_cache: tuple[int, int] = (0, 1)
         self._reduced_loaders: dict[str, int | None] = {}
+        self._epoch_end_reached: str | None = None
+        self._eval_batches_seen: dict[int, int] = {}
 
     # ---- the views users read ---------------------------------------------------------------------------
 
+    # Lightning's rule: each view holds what was published at batch and epoch ends, merged on read with what the
+    # running loop logged so far (its step values during a batch, its epoch values once its epoch end is reached).
+
     @property
     def callback_metrics(self) -> dict[str, Tensor]:
-        """Finished values, plus the running epoch reduction of what the current stage logged so far."""
-        live = dict(self._callback)
-        bucket = self._current_bucket()
-        if bucket is not None:
-            for name, entry in bucket.items():
-                value = entry.epoch_value()
-                if entry.on_epoch and value is not None:
-                    live[name] = value
-        return live
+        return {**self._callback, **self._live_view()[0]}
 
     @property
     def logged_metrics(self) -> dict[str, Tensor]:
-        return dict(self._logged)
+        return {**self._logged, **self._live_view()[1]}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        return {name: value.item() if isinstance(value, Tensor) else value for name, value in self._progress.items()}
+        """Numbers, made from the stored tensors only here: the bar reads them when it shows them."""
+        return {name: value.item() for name, value in {**self._progress, **self._live_view()[2]}.items()}
+
+    def epoch_end_reached(self, bucket_name: str) -> None:
+        """The stage's batches are done: until `epoch_end` its views show epoch values, for its epoch-end hooks."""
+        self._epoch_end_reached = bucket_name
+
+    def _live_view(self) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
+        bucket_name = self._current_bucket_name()
+        if bucket_name is None:
+            return {}, {}, {}
+        if self._epoch_end_reached == bucket_name:
+            return _epoch_view(self._buckets[bucket_name])
+        return _step_view(self._buckets[bucket_name], bucket_name == "train")
 
     # ---- logging ----------------------------------------------------------------------------------------
 
@@ -240,8 +263,7 @@ class MetricsCollector:
         entry = bucket.get(name)
         if entry is None:
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
-            entry.step_key = f"{name}_step" if epoch else name
-            entry.epoch_key = f"{name}_epoch" if step else name
+            entry.forked_keys(name)
             if self.num_dataloaders > 1 and fx in _EVAL_BATCH_HOOKS:
                 entry.dataloader_idx = self.dataloader_idx
             bucket[name] = entry
@@ -267,72 +289,77 @@ class MetricsCollector:
         self._bucket_by_state[state] = bucket
         return bucket
 
+    def _current_bucket_name(self) -> str | None:
+        stage = self.trainer.state.stage  # the failed stage too, while on_exception hooks read the views
+        if stage is None or stage.dataloader_prefix == "predict":
+            return None
+        return stage.dataloader_prefix if stage.dataloader_prefix in self._buckets else "train"
+
     # ---- step and epoch boundaries ----------------------------------------------------------------------
 
-    def step_end(self, bucket_name: str, step: int, send_to_loggers: bool) -> None:
-        """After a batch: step values become visible; every `log_every_n_steps` they go to the loggers."""
+    def step_end(self, bucket_name: str, step: int | None, send_to_loggers: bool) -> None:
+        """After a batch: its step values are published; every `log_every_n_steps` they go to the loggers.
+
+        `step` None: an evaluation batch, logged at its loader's own count of batches, as Lightning does.
+        """
+        add_epoch = step is not None
+        if step is None:
+            step = self._eval_batches_seen.get(self.dataloader_idx, 0)
+            self._eval_batches_seen[self.dataloader_idx] = step + 1
         bucket = self._buckets[bucket_name]
-        to_log: dict[str, Tensor] = {}
-        for name, entry in bucket.items():
-            if not entry.on_step or entry.step_value is None:
-                continue
-            key = entry.step_key
-            self._callback[key] = entry.step_value
-            if entry.on_epoch:
-                self._callback[name] = entry.step_value
-            if entry.prog_bar:
-                self._progress[key] = entry.step_value
-            if entry.logger:
-                to_log[key] = entry.step_value
-            entry.step_value = None
-        if send_to_loggers and to_log:
-            self._send(to_log, step)
+        if not bucket:
+            return
+        callback, logged, progress = _step_view(bucket, bucket_name == "train", consume=True)
+        self._callback.update(callback)
+        self._logged.update(logged)
+        if progress:
+            self._progress.update(progress)
+        if send_to_loggers and logged:
+            self._send(logged, step, add_epoch)
 
     def epoch_end(self, bucket_name: str, step: int, send_to_loggers: bool) -> dict[str, Tensor]:
-        """After an epoch's end hooks: reduce, publish and forget this stage's epoch values."""
+        """After an epoch's end hooks: reduce, publish and forget this stage's epoch values. Returns what the
+        loggers get (`x_epoch` for a value logged on both step and epoch), which `validate`/`test` return."""
         bucket = self._buckets[bucket_name]
-        reduced: dict[str, Tensor] = {}
-        self._reduced_loaders = {}
-        to_log: dict[str, Tensor] = {}
-        for name, entry in bucket.items():
-            value = entry.epoch_value()
-            if not entry.on_epoch or value is None:
-                continue
-            key = entry.epoch_key
-            reduced[name] = value
-            self._reduced_loaders[name] = entry.dataloader_idx
-            self._callback[name] = value
-            self._callback[key] = value
-            if entry.prog_bar:
-                self._progress[key] = value
-            if entry.logger:
-                to_log[key] = value
+        callback, logged, progress = _epoch_view(bucket)
+        self._reduced_loaders = {
+            entry.epoch_key: entry.dataloader_idx for entry in bucket.values() if entry.epoch_key in logged
+        }
+        self._callback.update(callback)
+        self._logged.update(logged)
+        self._progress.update(progress)
         for entry in bucket.values():
             if entry.metric is not None:
                 entry.metric.reset()
         bucket.clear()
-        if send_to_loggers and to_log:
-            self._send(to_log, step)
-        return reduced
+        self._epoch_end_reached = None
+        if send_to_loggers and logged:
+            self._send(logged, step)
+        return logged
 
-    def _send(self, metrics: dict[str, Tensor], step: int) -> None:
-        self._logged.update(metrics)
+    def _send(self, metrics: dict[str, Tensor], step: int, add_epoch: bool = True) -> None:
         trainer = self.trainer
         if not trainer.loggers:
             return
         scalars = {k: v.item() for k, v in metrics.items()}
-        scalars.setdefault("epoch", trainer.current_epoch)
+        if add_epoch:
+            scalars.setdefault("epoch", trainer.current_epoch)
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=step)
+            logger.save()
 
     def reset_bucket(self, bucket_name: str) -> None:
         self._buckets[bucket_name].clear()
 
     def reset_all(self) -> None:
+        """A run (or the sanity check) starts or ends: nothing logged before it shows in its views."""
         for bucket in self._buckets.values():
             bucket.clear()
         self._callback.clear()
+        self._logged.clear()
         self._progress.clear()
+        self._epoch_end_reached = None
+        self._eval_batches_seen = {}
 
     def eval_results(self, reduced: Mapping[str, Tensor], num_dataloaders: int) -> list[dict[str, float]]:
         """One dict of numbers per loader: a value logged from one loader's batches belongs to that loader, with or
@@ -349,3 +376,47 @@ class MetricsCollector:
             for target in targets:
                 results[target][name] = number
         return results
+
+
+def _step_view(
+    bucket: dict[str, _Entry], training: bool, consume: bool = False
+) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
+    """What the batch in flight logged on_step: loggers and the progress bar see it; callbacks only in training
+    (evaluation step values never become callback metrics). `consume`: the batch ended, forget its values."""
+    callback: dict[str, Tensor] = {}
+    logged: dict[str, Tensor] = {}
+    progress: dict[str, Tensor] = {}
+    for name, entry in bucket.items():
+        value = entry.step_value
+        if value is None or not entry.on_step:
+            continue
+        if consume:
+            entry.step_value = None
+        key = entry.step_key or entry.forked_keys(name)[0]
+        if entry.logger:
+            logged[key] = value
+        if training:
+            callback[name] = callback[key] = value
+        if entry.prog_bar:
+            progress[key] = value
+    return callback, logged, progress
+
+
+def _epoch_view(bucket: dict[str, _Entry]) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
+    """The epoch reductions so far: callbacks see `x` and `x_epoch`, loggers and the progress bar `x_epoch`."""
+    callback: dict[str, Tensor] = {}
+    logged: dict[str, Tensor] = {}
+    progress: dict[str, Tensor] = {}
+    for name, entry in bucket.items():
+        if not entry.on_epoch:
+            continue
+        value = entry.epoch_value()
+        if value is None:
+            continue
+        key = entry.forked_keys(name)[1]
+        callback[name] = callback[key] = value
+        if entry.logger:
+            logged[key] = value
+        if entry.prog_bar:
+            progress[key] = value
+    return callback, logged, progress

@@ -89,8 +89,6 @@ def _from_dict(config: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSched
 
 def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
     """Every return form of `configure_optimizers` (reference, issue 3): optimizer, list, pair of lists, dicts."""
-    if result is None:
-        return [], []
     if isinstance(result, Optimizer):
         return [result], []
     if isinstance(result, Mapping):
@@ -122,6 +120,23 @@ def _checked(optimizers: list[Any]) -> list[Optimizer]:
 
 def _nothing() -> None:
     """The closure of a manual `optimizer.step()` called without one: the user already ran backward."""
+
+
+class NoOptimizer(Optimizer):
+    """Stands in when `configure_optimizers` returns None: each step runs the closure and counts as a step, so
+    the loop, its hooks and `global_step` behave as with a real optimizer, but no parameter changes."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1)], {})
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """There are no gradients of its own to clear."""
+
+    def __repr__(self) -> str:
+        return "No Optimizer"
 
 
 class LightningOptimizer:
@@ -162,7 +177,17 @@ class Optimization:
         self.lightning_optimizers: list[LightningOptimizer] = []
 
     def setup(self, module: Any) -> None:
-        optimizers, configs = parse_optimizers(self.trainer._hooks.module("configure_optimizers"))
+        returned = self.trainer._hooks.module("configure_optimizers")
+        if returned is None:
+            warnings.warn(
+                "`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer",
+                UserWarning,
+                stacklevel=2,
+            )
+            optimizers: list[Optimizer] = [NoOptimizer()]
+            configs: list[LRSchedulerConfig] = []
+        else:
+            optimizers, configs = parse_optimizers(returned)
         if module.automatic_optimization and len(optimizers) > 1:
             raise MisconfigurationException(
                 f"configure_optimizers returned {len(optimizers)} optimizers; several optimizers need manual "

@@ -1,4 +1,4 @@
-"""The `predicting` handler: `predict_step` over every predict loader (reference 5.7)."""
+"""The `predicting` handler: `predict_step` over every predict loader, with Lightning's hook order."""
 
 from __future__ import annotations
 
@@ -57,18 +57,19 @@ def _predict(
     progress = trainer.predict_progress
     keep = trainer._run.return_predictions or keep_for_writers
     record = trainer._prediction_record
-    trainer.lightning_module._record_modes()
-    hooks.module("on_predict_model_eval")
-    hooks.callbacks("on_predict_start")
-    hooks.module("on_predict_start")
-    hooks.callbacks("on_predict_epoch_start")
-    hooks.module("on_predict_epoch_start")
-    progress.reset_current()
-    outputs: list[list[Any]] = [[] for _ in loaders]
-    record.outputs = outputs
-    record.epoch_batch_indices = [[] for _ in loaders]
+    # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
+        trainer.lightning_module._record_modes()
+        hooks.module("on_predict_model_eval")
+        hooks.callbacks("on_predict_start")
+        hooks.module("on_predict_start")
+        hooks.callbacks("on_predict_epoch_start")
+        hooks.module("on_predict_epoch_start")
+        progress.reset_current()
+        outputs: list[list[Any]] = [[] for _ in loaders]
+        record.outputs = outputs
+        record.epoch_batch_indices = [[] for _ in loaders]
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
             for batch_idx, batch, _ in data.fetch(
                 loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"
@@ -92,9 +93,9 @@ def _predict(
                 progress.increment_completed()
                 if keep:
                     outputs[dataloader_idx].append(prediction)
-    hooks.callbacks("on_predict_epoch_end")
-    hooks.module("on_predict_epoch_end")
-    hooks.callbacks("on_predict_end")
-    hooks.module("on_predict_end")
-    hooks.module("on_predict_model_train")
+        hooks.callbacks("on_predict_epoch_end")
+        hooks.module("on_predict_epoch_end")
+        hooks.callbacks("on_predict_end")
+        hooks.module("on_predict_end")
+        hooks.module("on_predict_model_train")
     return outputs

@@ -345,6 +345,7 @@ class FitLoop:
         trainer = self.trainer
         hooks = trainer._hooks
         self.epoch_progress.increment_processed()
+        trainer._metrics.epoch_end_reached("train")
         hooks.callbacks_where("on_train_epoch_end", False)
         hooks.module("on_train_epoch_end")
         hooks.callbacks_where("on_train_epoch_end", True)

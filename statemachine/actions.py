@@ -90,13 +90,14 @@ def call_on_fit_start(trainer: Trainer) -> None:
 
 
 def log_hyperparams(trainer: Trainer) -> None:
-    if not trainer.enable_autolog_hparams:
+    """Every logger gets the hyperparameters (when there are any), then the model's graph, then a save."""
+    if not trainer.enable_autolog_hparams or not trainer.loggers:
         return
     params = trainer._collect_hparams()
-    if not params:
-        return
     for logger in trainer.loggers:
-        logger.log_hyperparams(params)
+        if params:
+            logger.log_hyperparams(params)
+        logger.log_graph(trainer.lightning_module)
         logger.save()
 
 

@@ -347,9 +347,9 @@ _FIT_START_CHAIN = (
 )
 _ENTRY = {
     "fit": ("fitting.setup", (*_SETUP_CHAIN, "configure_optimizers", *_FIT_START_CHAIN)),
-    "validate": ("validating", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
-    "test": ("testing", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
-    "predict": ("predicting", (*_SETUP_CHAIN, "release_checkpoint", "register_signal_handlers")),
+    "validate": ("validating", (*_SETUP_CHAIN, "log_hyperparams", "release_checkpoint", "register_signal_handlers")),
+    "test": ("testing", (*_SETUP_CHAIN, "log_hyperparams", "release_checkpoint", "register_signal_handlers")),
+    "predict": ("predicting", (*_SETUP_CHAIN, "log_hyperparams", "release_checkpoint", "register_signal_handlers")),
 }
 _TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success", "describe_profiler")
 _FIT_END_CHAIN = (

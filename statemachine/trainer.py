@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import devices
-from stages import data
+from stages import configuration, data
 from stages.callbacks.callback import Callback, Checkpoint
 from stages.callbacks.early_stopping import EarlyStopping
 from stages.callbacks.model_checkpoint import ModelCheckpoint
@@ -67,6 +67,9 @@ class RunContext:
     checkpoint: dict[str, Any] | None = None
     exception: BaseException | None = None
     weights_only: bool = False
+    # The stage that was running when the exception came: users read it in on_exception and teardown, as in
+    # Lightning; once the interrupt edge is done the machine's own stage (None) shows again.
+    failed_stage: RunningStage | None = None
     rng_state: dict[str, Any] = field(default_factory=dict)
     results: list[dict[str, float]] = field(default_factory=list)
     predictions: Any = None
@@ -301,6 +304,7 @@ class Trainer:
             train_dataloaders, datamodule = None, train_dataloaders
         _check_model(model, "fit")
         _check_data_arguments(datamodule, train_dataloaders, val_dataloaders)
+        configuration.check_fit(model, datamodule, val_dataloaders)
         self.should_stop = False
         if self._max_epochs_defaulted:
             warnings.warn(
@@ -354,10 +358,12 @@ class Trainer:
         if isinstance(dataloaders, LightningDataModule):
             dataloaders, datamodule = None, dataloaders
         _check_data_arguments(datamodule, dataloaders)
+        module = self._model_for("predict", model)
+        configuration.check_predict(module)
         run = self._execute(
             "predict",
             TrainerFn.PREDICTING,
-            self._model_for("predict", model),
+            module,
             datamodule,
             {"predict": dataloaders},
             ckpt_path,
@@ -454,6 +460,7 @@ class Trainer:
         except BaseException as exception:
             if not flow.spec.resting:
                 self._run.exception = exception
+                self._run.failed_stage = flow.spec.stage
                 flow.fire("interrupt", cause=exception)
             raise
 
@@ -509,10 +516,20 @@ class Trainer:
     def state(self) -> TrainerState:
         spec = self._flow.spec
         fn = spec.fn if spec.fn is not None or spec.name == "idle" else self._last_fn
-        return TrainerState(status=spec.status, fn=fn, stage=spec.stage)
+        run = self._run
+        # inlined `_stage`: `self.log` reads the state on every call
+        stage = run.failed_stage if run is not None and run.failed_stage is not None else spec.stage
+        return TrainerState(status=spec.status, fn=fn, stage=stage)
+
+    @property
+    def _stage(self) -> RunningStage | None:
+        run = self._run
+        if run is not None and run.failed_stage is not None:
+            return run.failed_stage  # the interrupt edge's callbacks are running
+        return self._flow.spec.stage
 
     def _stage_is(self, stage: RunningStage) -> bool:
-        return self._flow.spec.stage == stage
+        return self._stage == stage
 
     training = property(lambda self: self._stage_is(RunningStage.TRAINING), doc="True while training.")
     sanity_checking = property(lambda self: self._stage_is(RunningStage.SANITY_CHECKING))
@@ -530,7 +547,7 @@ class Trainer:
 
     @property
     def evaluating(self) -> bool:
-        stage = self._flow.spec.stage
+        stage = self._stage
         return stage is not None and stage.evaluating
 
     @property

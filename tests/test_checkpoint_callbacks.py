@@ -18,6 +18,7 @@ from stages.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.callbacks.timer import Timer, parse_duration
 from stages.exceptions import MisconfigurationException
+from stages.progress import BatchProgress
 
 
 class FakeStrategy:
@@ -62,6 +63,7 @@ class FakeTrainer:
         self.num_val_batches: list[int] = []
         self.num_training_batches = 2
         self.lightning_module = None
+        self.fit_loop = SimpleNamespace(val_progress=BatchProgress())
         self.saved: list[str] = []
         for key, value in overrides.items():
             setattr(self, key, value)
@@ -423,14 +425,14 @@ def test_never_saves_in_sanity_check_outside_fit_or_fast_dev_run(tmp_path: Path,
     assert trainer.saved == []
 
 
-def test_on_exception_saves_a_clearly_named_file_and_notifies_loggers(tmp_path: Path) -> None:
+def test_on_exception_saves_the_template_name_and_notifies_loggers(tmp_path: Path) -> None:
     logger = FakeLogger(str(tmp_path))
     trainer = FakeTrainer(tmp_path, loggers=[logger])
     callback = ModelCheckpoint(dirpath=tmp_path / "ckpts", save_on_exception=True, save_weights_only=True)
     fit_setup(callback, trainer)
     trainer.global_step = 1
     callback.on_exception(trainer, None, KeyboardInterrupt())
-    exception_file = tmp_path / "ckpts" / "exception-epoch=0-step=1.ckpt"
+    exception_file = tmp_path / "ckpts" / "epoch=0-step=1.ckpt"
     assert read(exception_file)["weights_only"] is True
     assert logger.notified == [str(exception_file)]
     assert ModelCheckpoint(dirpath=tmp_path / "off").save_on_exception is False
@@ -590,7 +592,14 @@ def test_early_stopping_state(tmp_path: Path) -> None:
     assert callback.state_key == "EarlyStopping{'monitor': 'val_loss', 'mode': 'max'}"
     run_checks(callback, FakeTrainer(tmp_path), [0.5, 0.4], key="val_loss")
     state = callback.state_dict()
-    assert set(state) == {"wait_count", "stopped_epoch", "best_score", "patience"}
+    assert set(state) == {
+        "wait_count",
+        "stopped_epoch",
+        "best_score",
+        "patience",
+        "stopping_reason",
+        "stopping_reason_message",
+    }
     restored = EarlyStopping("val_loss", mode="max", patience=9)
     restored.load_state_dict(state)
     assert (restored.wait_count, restored.patience, float(restored.best_score)) == (1, 3, 0.5)

@@ -17,13 +17,14 @@ _MODES = ("min", "max")
 
 
 class EarlyStoppingReason(Enum):
-    """Why EarlyStopping asked the trainer to stop."""
+    """Why EarlyStopping asked the trainer to stop (`stopping_reason`); the values are Lightning's, which a
+    checkpoint stores."""
 
-    NOT_STOPPED = "not_stopped"
-    STOPPING_THRESHOLD = "stopping_threshold"
-    DIVERGENCE_THRESHOLD = "divergence_threshold"
-    PATIENCE_EXHAUSTED = "patience_exhausted"
-    NON_FINITE_METRIC = "non_finite_metric"
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -93,6 +94,8 @@ class EarlyStopping(Callback):
             "stopped_epoch": self.stopped_epoch,
             "best_score": self.best_score,
             "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value,
+            "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -100,6 +103,11 @@ class EarlyStopping(Callback):
         self.stopped_epoch = state_dict["stopped_epoch"]
         self.best_score = state_dict["best_score"]
         self.patience = state_dict["patience"]
+        # Checkpoints written before the reason was recorded have neither key.
+        self.stopping_reason = EarlyStoppingReason(
+            state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value)
+        )
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
 
     def _run_early_stopping_check(self, trainer: Any) -> None:
         metrics = trainer.callback_metrics

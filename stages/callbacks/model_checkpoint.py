@@ -37,7 +37,6 @@ class ModelCheckpoint(Checkpoint):
     CHECKPOINT_JOIN_CHAR = "-"
     CHECKPOINT_EQUALS_CHAR = "="
     CHECKPOINT_NAME_LAST = "last"
-    CHECKPOINT_NAME_EXCEPTION = "exception"
     FILE_EXTENSION = ".ckpt"
     STARTING_VERSION = 1
 
@@ -165,7 +164,9 @@ class ModelCheckpoint(Checkpoint):
         if not self.save_on_exception or self._should_skip_saving_checkpoint(trainer):
             return
         candidates = self._monitor_candidates(trainer)
-        filepath = self._unique_path(trainer, candidates, prefix=self.CHECKPOINT_NAME_EXCEPTION)
+        # The plain template name, as Lightning writes it: no prefix and no version suffix, so
+        # `filename="exception"` gives `exception.ckpt` and a file of that name is replaced.
+        filepath = self.format_checkpoint_name(candidates)
         self._save_checkpoint(trainer, filepath)
         self._save_last_checkpoint(trainer, candidates)
         log.info(f"{type(exception).__name__} raised with message {str(exception)!r}; saved checkpoint {filepath}")
@@ -241,16 +242,15 @@ class ModelCheckpoint(Checkpoint):
         metrics: dict[str, Any],
         filename: str | None = None,
         reusable: str | None = None,
-        prefix: str | None = None,
     ) -> str:
         """The formatted path, with `-v1`, `-v2`, ... added while it names an existing file other than
         `reusable` (a file this save replaces)."""
-        filepath = self.format_checkpoint_name(metrics, filename, prefix=prefix)
+        filepath = self.format_checkpoint_name(metrics, filename)
         if not self._enable_version_counter:
             return filepath
         version = self.STARTING_VERSION
         while filepath != reusable and self._file_exists(trainer, filepath):
-            filepath = self.format_checkpoint_name(metrics, filename, ver=version, prefix=prefix)
+            filepath = self.format_checkpoint_name(metrics, filename, ver=version)
             version += 1
         return filepath
 
@@ -341,7 +341,8 @@ class ModelCheckpoint(Checkpoint):
         if self.monitor is None:
             self._save_none_monitor_checkpoint(trainer, candidates)
         elif self.monitor not in candidates:
-            self._report_missing_monitor(candidates, strict)
+            # Once an in-fit validation has run, a missing key can no longer be a metric still to come.
+            self._report_missing_monitor(candidates, strict or trainer.fit_loop.val_progress.current.completed > 0)
         else:
             self._save_monitor_checkpoint(trainer, candidates)
 

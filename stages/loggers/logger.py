@@ -55,7 +55,10 @@ class Logger(ABC):
     def log_hyperparams(self, params: dict[str, Any] | argparse.Namespace) -> None:
         """Record the run's hyperparameters."""
 
-    # save and after_save_checkpoint are optional hooks: doing nothing is the right default
+    # log_graph, save and after_save_checkpoint are optional hooks: doing nothing is the right default
+    def log_graph(self, model: Any, input_array: Any = None) -> None:  # noqa: B027
+        """Record the model's computational graph; called once per run, after the hyperparameters."""
+
     def save(self) -> None:  # noqa: B027
         """Persist anything buffered; loggers that buffer override it."""
 
