@@ -110,6 +110,17 @@ class HookRunner:
         if callbacks:
             self._call_callbacks(name, callbacks, args, kwargs)
 
+    def callbacks_each(self, name: str, *args: Any) -> list[tuple[Callback, BaseException]]:
+        """Call `name` on every callback even when some raise (the interrupt path must reach them all); return
+        the failures, in order."""
+        failures = []
+        for callback in self._callbacks_for(name):
+            try:
+                self._call_callbacks(name, [callback], args, {})
+            except BaseException as error:
+                failures.append((callback, error))
+        return failures
+
     def callbacks_where(self, name: str, monitoring: bool, *args: Any) -> None:
         """Call `name` on the monitoring callbacks only, or on the others only."""
         chosen = [callback for callback in self._callbacks_for(name) if is_monitoring(callback) == monitoring]

@@ -6,6 +6,7 @@ return a short note (a string), which its history record keeps.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from stages import rng
@@ -15,6 +16,8 @@ from statemachine.profilers.simple import SimpleProfiler
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
+
+_log = logging.getLogger(__name__)
 
 
 _ENTRY_TRIGGERS = frozenset({"fit", "validate", "test", "predict"})
@@ -198,9 +201,22 @@ def ignore_sigint(trainer: Trainer) -> None:
 
 
 def call_on_exception_hooks(trainer: Trainer) -> None:
+    """Every callback's `on_exception`, then the DataModule's, each even when an earlier one raised: a failing
+    hook is logged and noted on the original error, never replaces it. A hook that raised KeyboardInterrupt or
+    SystemExit is raised again once all have run (the interrupt edge then finishes, and the driver raises it)."""
     exception = trainer._run.exception
-    trainer._hooks.callbacks("on_exception", exception)
-    trainer._hooks.datamodule("on_exception", exception)
+    failures = trainer._hooks.callbacks_each("on_exception", exception)
+    try:
+        trainer._hooks.datamodule("on_exception", exception)
+    except BaseException as error:
+        failures.append((trainer.datamodule, error))
+    for owner, error in failures:
+        _log.warning("%s.on_exception raised; the other hooks still ran", type(owner).__name__, exc_info=error)
+        if exception is not None:
+            exception.add_note(f"{type(owner).__name__}.on_exception also raised {type(error).__name__}: {error}")
+    exits = [error for _, error in failures if not isinstance(error, Exception)]
+    if exits:
+        raise exits[0]
 
 
 def strategy_on_exception(trainer: Trainer) -> None:

@@ -86,6 +86,9 @@ class Flow:
             self._polls.setdefault((spec.trigger, spec.source), []).append((spec.guard_name, spec.guard_negated))
         self._multi_process = False  # read at each fire; a run's world size does not change between fires
         self._deferred: list[Callable[[], None]] = []
+        # A KeyboardInterrupt or SystemExit that a best-effort step swallowed so the edge could finish; the driver
+        # raises it once the edge is done.
+        self.exit_request: BaseException | None = None
         _Machine(
             model=self,
             states=_nested_states(table),
@@ -177,6 +180,15 @@ class Flow:
         for action in actions:
             action()
 
+    def abandon(self, cause: BaseException) -> None:
+        """Last resort when the interrupt edge itself could not run: rest in `interrupted`, and say so in the
+        history, so the trainer accepts its next call."""
+        record = self.history.open(
+            "interrupt", self.machine_state, epoch=0, global_step=0, batch_idx=None, rank=self.trainer.global_rank
+        )
+        record.exception = ExceptionRecord.from_exception(cause)
+        self.machine_state = record.dest = "interrupted"
+
     def _refuse(self, record: TransitionRecord) -> None:
         outcomes = ", ".join(f"{g.name}={g.value}" for g in record.guards) or "no transition declared"
         error = FlowError(
@@ -249,6 +261,8 @@ class _Callback:
             if not self.best_effort:
                 raise
             _attach_to_cause(event.kwargs["cause"], self.name, exc)
+            if not isinstance(exc, Exception) and self.flow.exit_request is None:
+                self.flow.exit_request = exc
         finally:
             event.kwargs["record"].callbacks.append(
                 CallbackRecord(
@@ -263,8 +277,9 @@ class _Callback:
 def _attach_to_cause(cause: BaseException | None, name: str, error: BaseException) -> None:
     """On a best-effort edge a failing step never replaces the error being handled: it is logged and noted."""
     _log.warning("%s failed while interrupting; continuing the interrupt path", name, exc_info=error)
-    if cause is not None:
-        cause.add_note(f"while the run was interrupted, {name} also failed: {type(error).__name__}: {error}")
+    note = f"while the run was interrupted, {name} also failed: {type(error).__name__}: {error}"
+    if cause is not None and note not in getattr(cause, "__notes__", ()):
+        cause.add_note(note)
 
 
 def _nested_states(table: MachineTable) -> list[Any]:

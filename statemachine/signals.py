@@ -1,4 +1,9 @@
-"""SIGTERM handling (reference 2.4): note the signal, let the loops raise at the next safe point."""
+"""Signals during a run.
+
+SIGTERM: note it, and let the loops raise at the next safe point (so `on_exception` can save a checkpoint).
+SIGINT: the first Ctrl-C of a run raises KeyboardInterrupt and, in the same handler, makes further presses
+ignored until the run has shut down: no second press can cut the interrupt path short.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ class SignalConnector:
         self._installed = False
         self._previous_sigint: Any = None
         self._ignoring_sigint = False
+        self._guarding_sigint = False
 
     def register(self) -> None:
         self.trainer.received_sigterm = False
@@ -36,8 +42,27 @@ class SignalConnector:
         if callable(self._previous):
             self._previous(signum, frame)
 
+    def guard_sigint(self) -> None:
+        """For the whole run: Python's default Ctrl-C handler is replaced by one that also ignores the next presses.
+        A handler the user installed is left alone."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self._guarding_sigint = True
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    def release_sigint(self) -> None:
+        """The run returned (its interrupt path, if any, is done): Ctrl-C raises again."""
+        if self._guarding_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._guarding_sigint = False
+
     def ignore_sigint(self) -> None:
-        """A second Ctrl-C must not cut the shutdown short (reference 2.3 and 9.1)."""
+        """Shutting down after a failure that was not a Ctrl-C: a press now must not cut the shutdown short."""
         if threading.current_thread() is not threading.main_thread() or self._ignoring_sigint:
             return
         self._previous_sigint = signal.getsignal(signal.SIGINT)

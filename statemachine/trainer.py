@@ -451,6 +451,7 @@ class Trainer:
         """Fire the entry event, then run each state's handler and fire the event it reports; the table's guards
         choose where each event leads. On any exception: the `interrupt` edge, then the exception, unchanged."""
         flow = self._flow
+        self._signals.guard_sigint()
         try:
             flow.fire(trigger)
             while not flow.spec.resting:
@@ -459,10 +460,24 @@ class Trainer:
                     flow.fire(event)
         except BaseException as exception:
             if not flow.spec.resting:
-                self._run.exception = exception
-                self._run.failed_stage = flow.spec.stage
-                flow.fire("interrupt", cause=exception)
+                self._interrupt(exception)
+            exit_request, flow.exit_request = flow.exit_request, None
+            if exit_request is not None:
+                raise exit_request  # a hook asked to exit while the run shut down; the original is its context
             raise
+        finally:
+            self._signals.release_sigint()
+
+    def _interrupt(self, exception: BaseException) -> None:
+        """The interrupt edge; should even that fail, the machine still rests in `interrupted`."""
+        run, flow = self._run, self._flow
+        run.exception = exception
+        run.failed_stage = flow.spec.stage
+        try:
+            flow.fire("interrupt", cause=exception)
+        finally:
+            if not flow.spec.resting:
+                flow.abandon(exception)
 
     def _refuse_reentry(self, trigger: str) -> None:
         if not self._flow.spec.resting:
