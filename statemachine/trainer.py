@@ -463,7 +463,7 @@ class Trainer:
                 self._interrupt(exception)
             exit_request, flow.exit_request = flow.exit_request, None
             if exit_request is not None:
-                raise exit_request  # a hook asked to exit while the run shut down; the original is its context
+                raise exit_request from exception  # a hook asked to exit while the run shut down
             raise
         finally:
             self._signals.release_sigint()

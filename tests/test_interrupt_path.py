@@ -55,7 +55,7 @@ def test_an_exit_from_on_exception_lets_the_edge_finish_then_wins(tmp_path: Any,
     sigterm_before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(type(exit_error)) as caught:
         trainer.fit(TinyModel(fail_in="training_step"), make_loader())
-    assert caught.value is exit_error and isinstance(caught.value.__context__, Boom)
+    assert caught.value is exit_error and isinstance(caught.value.__cause__, Boom)
     assert len(after.seen) == 1  # the next callback still ran
     last = trainer.history[-1]
     assert (last.trigger, last.dest) == ("interrupt", "interrupted")
