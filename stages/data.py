@@ -10,7 +10,7 @@ from typing import Any
 from torch.utils.data import DataLoader, RandomSampler
 
 from stages.datamodule import LightningDataModule
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 
@@ -203,7 +203,7 @@ def without_shuffling(loader: Any) -> Any:
     if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
         return loader
     warnings.warn(
-        "overfit_batches > 0: the shuffling loader is replaced by a sequential one", UserWarning, stacklevel=2
+        "overfit_batches > 0: the shuffling loader is replaced by a sequential one", TrainerWarning, stacklevel=2
     )
     options: dict[str, Any] = {
         "batch_size": loader.batch_size,

@@ -69,6 +69,7 @@ def restore_weights_and_callbacks(trainer: Trainer) -> None:
     """Restore 1 (reference 2.2 step 6): load the resolved checkpoint, then weights, datamodule, callbacks."""
     run = trainer._run
     run.ckpt_path = checkpoint.resolve_ckpt_path(trainer, run.ckpt_path_arg)
+    trainer._ckpt_path = run.ckpt_path  # what `trainer.ckpt_path` reports, as in Lightning
     if run.ckpt_path is None:
         return
     run.checkpoint = trainer.strategy.load_checkpoint(run.ckpt_path)

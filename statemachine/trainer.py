@@ -24,7 +24,7 @@ from stages.callbacks.progress import ProgressBar, TQDMProgressBar
 from stages.callbacks.timer import Timer, parse_duration
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
-from stages.exceptions import MisconfigurationException, PossibleUserWarning
+from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loggers import DummyLogger, Logger, TensorBoardLogger
 from stages.metrics import MetricsCollector
@@ -152,7 +152,8 @@ class Trainer:
         self.should_stop = False
         self.received_sigterm = False
         self.history_dump_path: str | None = None
-        self.ckpt_path: str | None = None
+        self._ckpt_path: str | None = None  # the checkpoint the last run loaded, or the one the user set
+        self._ckpt_path_user_set = False
         self.num_val_batches: list[int | float] = []
         self.num_sanity_val_batches: list[int | float] = []
         self.num_test_batches: list[int | float] = []
@@ -205,7 +206,10 @@ class Trainer:
         self.max_epochs = config.max_epochs
         given = config.callbacks if isinstance(config.callbacks, list | tuple) else [config.callbacks]
         has_timer = self.max_time is not None or any(isinstance(c, Timer) for c in given)
-        self._max_epochs_defaulted = self.max_epochs is None and self.max_steps == -1 and not has_timer
+        # fast_dev_run sets its own limits, so the 1000-epoch default (and its warning) does not apply.
+        self._max_epochs_defaulted = (
+            self.max_epochs is None and self.max_steps == -1 and not has_timer and not self.fast_dev_run
+        )
         if self.max_epochs is None:
             self.max_epochs = 1000 if self._max_epochs_defaulted else -1
         if self.overfit_batches > 0:
@@ -393,10 +397,12 @@ class Trainer:
         model_passed: bool,
         **options: Any,
     ) -> RunContext:
-        if self.ckpt_path is not None and ckpt_path is not None:
-            warnings.warn("trainer.ckpt_path was set and a ckpt_path was passed; using the argument", stacklevel=3)
+        if self._ckpt_path_user_set and ckpt_path is not None:
+            warnings.warn(
+                "trainer.ckpt_path was set and a ckpt_path was passed; using the argument", TrainerWarning, stacklevel=3
+            )
             self.ckpt_path = None
-        chosen = ckpt_path if ckpt_path is not None else self.ckpt_path
+        chosen = ckpt_path if ckpt_path is not None else self.ckpt_path if self._ckpt_path_user_set else None
         self._run = RunContext(
             fn=fn,
             model=model,
@@ -477,6 +483,17 @@ class Trainer:
         _log.warning("the run was interrupted; its state history is in %s", self.history_dump_path)
 
     # ---- state ------------------------------------------------------------------------------------------
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last fit/validate/test/predict loaded (None: none), or the one set here for the
+        next call to load."""
+        return self._ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: str | os.PathLike[str] | None) -> None:
+        self._ckpt_path = None if path is None else os.fspath(path)
+        self._ckpt_path_user_set = path is not None
 
     @property
     def state(self) -> TrainerState:

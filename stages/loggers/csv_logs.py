@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import torch
 
+from stages.exceptions import TrainerWarning
 from stages.loggers.logger import (
     FileLogger,
     VersionedDir,
@@ -90,6 +91,7 @@ class CSVWriter:
         if os.path.isfile(self.metrics_file):
             warnings.warn(
                 f"{self.metrics_file} already exists; it will be replaced when this run first saves its metrics",
+                TrainerWarning,
                 stacklevel=3,
             )
         os.makedirs(log_dir, exist_ok=True)
