@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from devices.transfer import convert_floating
+from devices.warning_types import DeviceWarning
 
 # Every value Lightning 2.x accepts for `precision`, mapped to its canonical name.
 _LIGHTNING_PRECISIONS: dict[Any, str] = {
@@ -254,7 +255,7 @@ def resolve_precision(value: Any, device_type: str = "cpu") -> Precision:
         warnings.warn(
             f"precision={value!r} asks for float16 mixed precision, which is not supported on the CPU; "
             "running with precision='bf16-mixed' instead",
-            UserWarning,
+            DeviceWarning,
             stacklevel=2,
         )
         canonical = "bf16-mixed"

@@ -6,7 +6,7 @@ import warnings
 from typing import Any
 
 from stages.datamodule import LightningDataModule
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 
@@ -26,7 +26,7 @@ def check_fit(model: LightningModule, datamodule: LightningDataModule | None, va
     ):
         warnings.warn(
             "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.",
-            UserWarning,
+            TrainerWarning,
             stacklevel=3,
         )
 

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from stages.combined_loader import CombinedLoader
 from stages.datamodule import LightningDataModule
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 
@@ -189,7 +189,7 @@ def without_shuffling(loader: Any) -> Any:
     if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
         return loader
     warnings.warn(
-        "overfit_batches > 0: the shuffling loader is replaced by a sequential one", UserWarning, stacklevel=2
+        "overfit_batches > 0: the shuffling loader is replaced by a sequential one", TrainerWarning, stacklevel=2
     )
     options: dict[str, Any] = {
         "batch_size": loader.batch_size,

@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from devices.precision import StepClosure
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 
 _SCHEDULER_KEYS = {
     "scheduler",
@@ -181,7 +181,7 @@ class Optimization:
         if returned is None:
             warnings.warn(
                 "`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer",
-                UserWarning,
+                TrainerWarning,
                 stacklevel=2,
             )
             optimizers: list[Optimizer] = [NoOptimizer()]

@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from devices.checkpoint_io import load_checkpoint
+from stages.exceptions import TrainerWarning
 
 PathLike = str | os.PathLike[str]
 
@@ -40,7 +41,9 @@ def hparams_yaml(hparams: Mapping[str, Any] | argparse.Namespace) -> str:
         try:
             yaml.dump(value)
         except (TypeError, ValueError, yaml.YAMLError):
-            warnings.warn(f"Skipping hyperparameter {key!r}: its value cannot be written as YAML", stacklevel=3)
+            warnings.warn(
+                f"Skipping hyperparameter {key!r}: its value cannot be written as YAML", TrainerWarning, stacklevel=3
+            )
             continue
         writable[key] = value
     return yaml.dump(writable)
@@ -50,7 +53,7 @@ def load_hparams_from_yaml(config_yaml: PathLike) -> dict[str, Any]:
     """Read a file written by `save_hparams_to_yaml`; a missing file gives {} and a warning."""
     fs, path = fsspec.core.url_to_fs(os.fspath(config_yaml))
     if not fs.exists(path):
-        warnings.warn(f"Missing hyperparameter file: {os.fspath(config_yaml)}", stacklevel=2)
+        warnings.warn(f"Missing hyperparameter file: {os.fspath(config_yaml)}", TrainerWarning, stacklevel=2)
         return {}
     with fs.open(path, "r") as stream:
         loaded = yaml.full_load(stream)
@@ -124,9 +127,15 @@ def _load_weights(module: Any, checkpoint: dict[str, Any], strict: bool | None) 
     result = module.load_state_dict(state_dict, strict=strict)
     if not strict:
         if result.missing_keys:
-            warnings.warn(f"Keys missing from the checkpoint's state_dict: {result.missing_keys}", stacklevel=3)
+            warnings.warn(
+                f"Keys missing from the checkpoint's state_dict: {result.missing_keys}", TrainerWarning, stacklevel=3
+            )
         if result.unexpected_keys:
-            warnings.warn(f"Unexpected keys in the checkpoint's state_dict: {result.unexpected_keys}", stacklevel=3)
+            warnings.warn(
+                f"Unexpected keys in the checkpoint's state_dict: {result.unexpected_keys}",
+                TrainerWarning,
+                stacklevel=3,
+            )
     # the module comes back where the loaded weights are (map_location decides)
     device = next((t.device for t in state_dict.values() if isinstance(t, torch.Tensor)), torch.device("cpu"))
     return module.to(device)

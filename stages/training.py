@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from stages import data, rng
-from stages.exceptions import MisconfigurationException, PossibleUserWarning
+from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
 from stages.module import LightningModule
@@ -411,7 +411,7 @@ def _outputs(output: Any, loss: Tensor | None) -> dict[str, Any]:
     """What `on_train_batch_end` sees: the detached (divided) loss plus the step's other keys."""
     if loss is None:
         if output is None:
-            warnings.warn("training_step returned None: this batch was skipped", UserWarning, stacklevel=2)
+            warnings.warn("training_step returned None: this batch was skipped", TrainerWarning, stacklevel=2)
         return {}
     extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
     return {"loss": loss.detach(), **extra}

@@ -15,7 +15,7 @@ from fsspec.implementations.local import LocalFileSystem
 from devices.checkpoint_io import CorruptCheckpointError
 from stages import resume
 from stages.callbacks.model_checkpoint import ModelCheckpoint
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loop_rules import max_steps_reached
 from stages.resume import ResumePoint
 
@@ -103,6 +103,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
         ckpt_path = "best"
         warnings.warn(
             f".{fn}(ckpt_path=None) was called without a model: the best checkpoint of the previous fit is used",
+            TrainerWarning,
             stacklevel=2,
         )
     if ckpt_path == "best":
@@ -123,7 +124,11 @@ def _best_path(trainer: Trainer, fn: str) -> str:
     if not callbacks:
         raise ValueError(f'.{fn}(ckpt_path="best") is set but no ModelCheckpoint is configured')
     if len(callbacks) > 1:
-        warnings.warn(f'.{fn}(ckpt_path="best") uses the first of {len(callbacks)} checkpoint callbacks', stacklevel=3)
+        warnings.warn(
+            f'.{fn}(ckpt_path="best") uses the first of {len(callbacks)} checkpoint callbacks',
+            TrainerWarning,
+            stacklevel=3,
+        )
     best = getattr(callbacks[0], "best_model_path", "")
     if not best:
         if trainer.fast_dev_run:
@@ -148,6 +153,7 @@ def _last_path(trainer: Trainer, fn: str) -> str | None:
     if not candidates:
         warnings.warn(
             f'.{fn}(ckpt_path="last") found no last checkpoint; starting from the current weights',
+            TrainerWarning,
             stacklevel=3,
         )
         return None
@@ -174,7 +180,9 @@ def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], pa
         if state is not None:
             callback.load_state_dict(state)
     if saved:
-        warnings.warn(f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", stacklevel=2)
+        warnings.warn(
+            f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", TrainerWarning, stacklevel=2
+        )
 
 
 def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> ResumePoint:

@@ -27,6 +27,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field, ValidationError
 
+from stages.exceptions import TrainerWarning
 from statemachine.table import TABLE, MachineTable, TransitionSpec
 
 FORMAT_VERSION = 1
@@ -261,7 +262,7 @@ def warn_on_table_mismatch(dump: HistoryDump, table: MachineTable = TABLE) -> bo
     warnings.warn(
         f"history dump was written with table {dump.table_digest}, the current table is {table.digest}; "
         "states and transitions may have changed since",
-        UserWarning,
+        TrainerWarning,
         stacklevel=2,
     )
     return False

@@ -26,7 +26,7 @@ from stages.callbacks.timer import Timer, parse_duration
 from stages.combined_loader import CombinedLoader
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
-from stages.exceptions import MisconfigurationException, PossibleUserWarning
+from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loggers import DummyLogger, Logger, TensorBoardLogger
 from stages.loop_views import EvaluationLoopView, TrainingEpochLoopView
@@ -167,7 +167,7 @@ class Trainer:
         self.should_stop = False
         self.received_sigterm = False
         self.history_dump_path: str | None = None
-        self._ckpt_path: str | None = None
+        self._ckpt_path: str | None = None  # the checkpoint the last run loaded, or the one the user set
         self._ckpt_path_user_set = False
         self.num_val_batches: list[int | float] = []
         self.num_sanity_val_batches: list[int | float] = []
@@ -221,7 +221,10 @@ class Trainer:
         self.max_epochs = config.max_epochs
         given = config.callbacks if isinstance(config.callbacks, list | tuple) else [config.callbacks]
         has_timer = self.max_time is not None or any(isinstance(c, Timer) for c in given)
-        self._max_epochs_defaulted = self.max_epochs is None and self.max_steps == -1 and not has_timer
+        # fast_dev_run sets its own limits, so the 1000-epoch default (and its warning) does not apply.
+        self._max_epochs_defaulted = (
+            self.max_epochs is None and self.max_steps == -1 and not has_timer and not self.fast_dev_run
+        )
         if self.max_epochs is None:
             self.max_epochs = 1000 if self._max_epochs_defaulted else -1
         if self.overfit_batches > 0:
@@ -425,7 +428,9 @@ class Trainer:
         **options: Any,
     ) -> RunContext:
         if self._ckpt_path_user_set and ckpt_path is not None:
-            warnings.warn("trainer.ckpt_path was set and a ckpt_path was passed; using the argument", stacklevel=3)
+            warnings.warn(
+                "trainer.ckpt_path was set and a ckpt_path was passed; using the argument", TrainerWarning, stacklevel=3
+            )
             self._ckpt_path_user_set = False
         chosen = ckpt_path if ckpt_path is not None or not self._ckpt_path_user_set else self._ckpt_path
         self._run = RunContext(

@@ -72,7 +72,9 @@ def test_model_checkpoint_default_file_resumes_through_last_epoch(tmp_path: Any)
         limit_val_batches=1,
         enable_progress_bar=False,
     )
-    trainer.fit(TinyModel(), make_loader(), make_loader())
+    few_batches = "2 batches, fewer than log_every_n_steps=50"
+    with pytest.warns(L.PossibleUserWarning, match=few_batches):
+        trainer.fit(TinyModel(), make_loader(), make_loader())
     directory = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
     assert sorted(os.listdir(directory)) == ["epoch=1-step=4.ckpt"]
     assert (tmp_path / "lightning_logs" / "version_0").is_dir()
@@ -83,7 +85,10 @@ def test_model_checkpoint_default_file_resumes_through_last_epoch(tmp_path: Any)
         limit_val_batches=1,
         enable_progress_bar=False,
     )
-    again.fit(TinyModel(), make_loader(), make_loader(), ckpt_path=str(directory / "epoch=1-step=4.ckpt"))
+    # The resumed run logs into version_1, so ModelCheckpoint says which of its saved fields it cannot reuse.
+    with pytest.warns(UserWarning, match="dirpath has changed from .*version_0.* to .*version_1"):
+        with pytest.warns(L.PossibleUserWarning, match=few_batches):
+            again.fit(TinyModel(), make_loader(), make_loader(), ckpt_path=str(directory / "epoch=1-step=4.ckpt"))
     assert (again.current_epoch, again.global_step) == (3, 6)
 
 
@@ -193,3 +198,25 @@ def test_a_checkpoint_saved_inside_validation_resumes_without_sanity_check(tmp_p
     fresh = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=2, limit_val_batches=2)
     fresh.fit(TinyModel(), make_loader(), make_loader())
     assert fresh.history[1].dest == "fitting.sanity_checking"
+
+
+def test_trainer_ckpt_path_reports_the_checkpoint_the_last_run_loaded(tmp_path: Any) -> None:
+    first = quiet_trainer(tmp_path, limit_train_batches=1)
+    first.fit(TinyModel(), make_loader())
+    assert first.ckpt_path is None
+    first.save_checkpoint(tmp_path / "a.ckpt")
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=1)
+    trainer.fit(TinyModel(), make_loader(), ckpt_path=tmp_path / "a.ckpt")
+    assert trainer.ckpt_path == str(tmp_path / "a.ckpt")
+    trainer.validate(TinyModel(), make_loader(), verbose=False)  # a model and no ckpt_path: nothing is loaded
+    assert trainer.ckpt_path is None
+    # Set by the user, it is what the next calls load, until a call passes its own.
+    trainer.ckpt_path = tmp_path / "a.ckpt"
+    trainer.validate(TinyModel(), make_loader(), verbose=False)
+    assert trainer.ckpt_path == str(tmp_path / "a.ckpt")
+    first.save_checkpoint(tmp_path / "b.ckpt")
+    with pytest.warns(UserWarning, match="trainer.ckpt_path was set and a ckpt_path was passed"):
+        trainer.validate(TinyModel(), make_loader(), ckpt_path=tmp_path / "b.ckpt", verbose=False)
+    assert trainer.ckpt_path == str(tmp_path / "b.ckpt")
+    trainer.validate(TinyModel(), make_loader(), verbose=False)
+    assert trainer.ckpt_path is None

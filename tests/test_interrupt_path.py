@@ -51,7 +51,7 @@ def test_a_raising_on_exception_does_not_skip_the_others_nor_replace_the_error(t
 def test_an_exit_from_on_exception_lets_the_edge_finish_then_wins(tmp_path: Any, exit_error: BaseException) -> None:
     after = Records()
     logger = L.CSVLogger(tmp_path)
-    trainer = quiet_trainer(tmp_path, logger=logger, callbacks=[Raises(exit_error), after])
+    trainer = quiet_trainer(tmp_path, logger=logger, log_every_n_steps=1, callbacks=[Raises(exit_error), after])
     sigterm_before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(type(exit_error)) as caught:
         trainer.fit(TinyModel(fail_in="training_step"), make_loader())

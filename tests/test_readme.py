@@ -17,8 +17,9 @@ def test_readme_example_runs(tmp_path: Any, monkeypatch: Any) -> None:
     example = example.replace("max_epochs=10", "max_epochs=2")  # the same code, shorter
     monkeypatch.chdir(tmp_path)
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(128, 64, generator=generator)
-    y = torch.randint(0, 10, (128,), generator=generator)
+    # 50 batches: as many as the default log_every_n_steps, so the example logs steps without a warning.
+    x = torch.randn(1600, 64, generator=generator)
+    y = torch.randint(0, 10, (1600,), generator=generator)
     loader = DataLoader(TensorDataset(x, y), batch_size=32)
     namespace: dict[str, Any] = {"train_loader": loader, "val_loader": loader}
     exec(compile(example, str(README), "exec"), namespace)

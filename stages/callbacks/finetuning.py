@@ -13,7 +13,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import Optimizer
 
 from stages.callbacks.callback import Callback
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 
 _log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class BaseFinetuning(Callback):
                 f"{len(params) - len(kept)} of the parameters to unfreeze are already in an optimizer group and were "
                 f"skipped. Hint: build the optimizer from trainable parameters only, e.g. "
                 f"{type(optimizer).__name__}(filter(lambda p: p.requires_grad, self.parameters()), ...)",
-                UserWarning,
+                TrainerWarning,
                 stacklevel=2,
             )
         return kept

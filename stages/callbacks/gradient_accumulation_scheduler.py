@@ -6,7 +6,7 @@ import warnings
 from typing import Any
 
 from stages.callbacks.callback import Callback
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 
@@ -51,7 +51,7 @@ class GradientAccumulationScheduler(Callback):
             warnings.warn(
                 f"With gradient accumulation, the overridden LightningModule.{', '.join(custom)} is called on every "
                 "optimizer step, not on every batch",
-                UserWarning,
+                TrainerWarning,
                 stacklevel=2,
             )
         if trainer.accumulate_grad_batches != 1:

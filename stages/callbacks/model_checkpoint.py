@@ -17,7 +17,7 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from stages.callbacks.callback import Checkpoint
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,7 @@ class ModelCheckpoint(Checkpoint):
                 f"The dirpath has changed from {saved_dirpath!r} to {self.dirpath!r}, therefore"
                 " `best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and"
                 " `best_k_models` won't be reloaded. Only `best_model_path` will be reloaded.",
+                TrainerWarning,
                 stacklevel=2,
             )
         self.best_model_path = state_dict["best_model_path"]
@@ -267,7 +268,7 @@ class ModelCheckpoint(Checkpoint):
     def _warn_if_dir_not_empty(self) -> None:
         assert self.dirpath is not None
         if self.save_top_k != 0 and self._fs.isdir(self.dirpath) and self._fs.ls(self.dirpath):
-            warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", stacklevel=2)
+            warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", TrainerWarning, stacklevel=2)
 
     # ---- when to save ----
 
@@ -354,7 +355,7 @@ class ModelCheckpoint(Checkpoint):
         )
         if strict:
             raise MisconfigurationException(message)
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, TrainerWarning, stacklevel=2)
 
     def check_monitor_top_k(self, trainer: Any, current: torch.Tensor | None = None) -> bool:
         """Whether `current` earns a place among the best `save_top_k`."""

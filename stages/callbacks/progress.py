@@ -11,6 +11,7 @@ import torch
 from tqdm import tqdm
 
 from stages.callbacks.callback import Callback
+from stages.exceptions import TrainerWarning
 
 
 class ProgressBar(Callback):
@@ -46,6 +47,7 @@ class ProgressBar(Callback):
         if duplicates:
             warnings.warn(
                 f"The progress bar already shows {sorted(duplicates)}; the logged values replace them",
+                TrainerWarning,
                 stacklevel=2,
             )
         return {**standard, **logged}

@@ -15,7 +15,7 @@ from torch.optim.swa_utils import SWALR
 
 from stages import data
 from stages.callbacks.callback import Callback
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.optimization import LRSchedulerConfig
 
 _log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class StochasticWeightAveraging(Callback):
             warnings.warn(
                 f"SWA starts at epoch {trainer.current_epoch}, after its start epoch {self.swa_start}, without "
                 "state from a checkpoint: the average and the learning rate start from here",
-                UserWarning,
+                TrainerWarning,
                 stacklevel=2,
             )
         swa_config = LRSchedulerConfig(scheduler=self._swa_scheduler)
@@ -140,7 +140,7 @@ class StochasticWeightAveraging(Callback):
                 warnings.warn(
                     f"SWA steps its scheduler every epoch; the replaced scheduler had interval="
                     f"{replaced.interval!r}, frequency={replaced.frequency}",
-                    UserWarning,
+                    TrainerWarning,
                     stacklevel=2,
                 )
             _log.info("Swapping scheduler %s for SWALR", type(replaced.scheduler).__name__)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from stages.callbacks.callback import Callback
+from stages.exceptions import TrainerWarning
 
 
 class _IncreasingWindow(deque):
@@ -135,7 +136,7 @@ class ThroughputMonitor(Callback):
             warnings.warn(
                 f"ThroughputMonitor computes FLOPs only when {type(pl_module).__name__} has a `flops_per_batch` "
                 "attribute or property",
-                UserWarning,
+                TrainerWarning,
                 stacklevel=2,
             )
         self._throughputs[stage].update(

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
+from stages.exceptions import TrainerWarning
 from stages.loggers.logger import (
     FileLogger,
     VersionedDir,
@@ -88,6 +89,7 @@ class CSVWriter:
         if os.path.isfile(self.metrics_file):
             warnings.warn(
                 f"{self.metrics_file} already exists; it will be replaced when this run first saves its metrics",
+                TrainerWarning,
                 stacklevel=3,
             )
         os.makedirs(log_dir, exist_ok=True)
