@@ -255,10 +255,9 @@ def _check_zip_complete(stream: IO[bytes], shown: str) -> None:
     tail = stream.read(tail_length)
     position = tail.rfind(_ZIP_END_MAGIC)
     while position >= 0:
-        record = tail[position : position + _ZIP_END_SIZE]
-        comment = int.from_bytes(record[-2:], "little") if len(record) == _ZIP_END_SIZE else -1
-        if position + _ZIP_END_SIZE + comment == len(tail):
-            return
+        end = position + _ZIP_END_SIZE
+        if end <= len(tail) and end + int.from_bytes(tail[end - 2 : end], "little") == len(tail):
+            return  # the record, and the comment its last two bytes announce, end exactly at the file's end
         position = tail.rfind(_ZIP_END_MAGIC, 0, position)
     raise CorruptCheckpointError(
         f"Checkpoint file {shown!r} is truncated: its {size} bytes end before the zip archive's closing record "
@@ -270,8 +269,11 @@ def _torch_load(stream: IO[bytes], shown: str, map_location: Any) -> Any:
     try:
         # weights_only=False: checkpoints carry hparams, loop state and RNG states, not only tensors.
         return torch.load(stream, map_location=map_location, weights_only=False)
-    except MemoryError:
-        raise
+    except MemoryError as error:
+        # A damaged size field asks for absurd allocations; a genuinely huge file reads the same way here.
+        raise CorruptCheckpointError(
+            f"Checkpoint file {shown!r} is corrupt, or needs more memory than this host has, to load: MemoryError"
+        ) from error
     except OSError as error:
         # EINVAL comes from a seek to an offset the file's own records give; other errors are the storage's.
         if error.errno != errno.EINVAL:

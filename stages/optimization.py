@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from stages.exceptions import MisconfigurationException
+from stages.loss_check import NonFiniteLossCheck
 
 _SCHEDULER_KEYS = {
     "scheduler",
@@ -155,6 +156,7 @@ class Optimization:
         self.optimizers: list[Optimizer] = []
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.lightning_optimizers: list[LightningOptimizer] = []
+        self.check_loss = NonFiniteLossCheck(trainer)
 
     def setup(self, module: Any) -> None:
         optimizers, configs = parse_optimizers(self.trainer._hooks.module("configure_optimizers"))
@@ -167,8 +169,10 @@ class Optimization:
         self.lr_scheduler_configs = configs
         self.lightning_optimizers = [LightningOptimizer(o, self) for o in optimizers]
         self.trainer.strategy.optimizers_to_device(optimizers)
+        self.check_loss.reset()
 
     def run_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        self.check_loss(loss)
         hooks = self.trainer._hooks
         hooks.callbacks("on_before_backward", loss)
         hooks.module("on_before_backward", loss)

@@ -136,6 +136,7 @@ class FitLoop:
         loader = data.train_loader(data.request(trainer, "train"))
         self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
+        data.warn_if_no_training_batches(self._train_loader, self.num_training_batches)
         if trainer.loggers and not trainer.fast_dev_run and self.num_training_batches < trainer.log_every_n_steps:
             warnings.warn(
                 f"The training loader has {self.num_training_batches} batches, fewer than "
@@ -355,9 +356,10 @@ class FitLoop:
         self.epoch_progress.increment_processed()
         hooks.callbacks_where("on_train_epoch_end", False)
         hooks.module("on_train_epoch_end")
-        hooks.callbacks_where("on_train_epoch_end", True)
         # The logging step already moved past the epoch's last batch; its epoch values belong to that batch.
+        # Reduced before the monitoring callbacks, so a checkpoint ranks this epoch's value, not the last one's.
         trainer._metrics.epoch_end("train", self.batches_that_stepped - 1, bool(trainer.loggers))
+        hooks.callbacks_where("on_train_epoch_end", True)
         if self.automatic and self._all_batches_ran():
             trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()
