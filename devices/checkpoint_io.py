@@ -10,7 +10,7 @@ import re
 import tempfile
 import traceback
 import uuid
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 import torch
 from fsspec import AbstractFileSystem
@@ -184,7 +184,7 @@ def _save_remote(checkpoint: dict[str, Any], fs: AbstractFileSystem, fs_path: st
 def _serialize(checkpoint: dict[str, Any], local_path: str, shown: str) -> None:
     stream = _WriterStream(open(local_path, "wb"))  # noqa: SIM115 - closed by close() or when the last holder goes
     try:
-        torch.save(checkpoint, stream)
+        torch.save(checkpoint, cast(IO[bytes], stream))  # it calls only write and flush
         stream.sync()
     except BaseException as error:
         # torch.save's frames in the tracebacks hold its zip writer, and the writer holds the file: clearing them
