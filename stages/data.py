@@ -40,6 +40,34 @@ def request(trainer: Any, kind: str) -> Any:
     return trainer._hooks.module(hook)
 
 
+def check_argument(method: str, name: str, value: Any) -> None:
+    """Refuse a `*dataloaders` argument that is not a loader, an iterable of batches, or a collection of them.
+
+    A string is refused, not iterated: `"data.csv"` would otherwise train on its characters.
+    """
+    if value is None or isinstance(value, LightningDataModule):
+        return
+    if isinstance(value, Mapping):
+        members: list[tuple[str, Any]] = [(f"{name}[{key!r}]", member) for key, member in value.items()]
+    elif isinstance(value, list | tuple):
+        members = [(f"{name}[{index}]", member) for index, member in enumerate(value)]
+    else:
+        members = [(name, value)]
+    for shown, member in members:
+        if isinstance(member, str | bytes) or not _iterable(member):
+            why = "a path or text is not loaded for you" if isinstance(member, str | bytes) else "it is not iterable"
+            raise TypeError(
+                f"Trainer.{method}({shown}={member!r}) is not a dataloader ({type(member).__name__}: {why}); pass a "
+                "torch.utils.data.DataLoader or another iterable of batches, a list, tuple or dict of them, or a "
+                "LightningDataModule"
+            )
+
+
+def _iterable(value: Any) -> bool:
+    # No iter() call: on a DataLoader with workers it would start them.
+    return hasattr(value, "__iter__") or hasattr(value, "__getitem__")
+
+
 def as_list(loaders: Any) -> list[Any]:
     """Evaluation loaders run one after the other: a single loader, a list, tuple or dict of them, or a
     sequential CombinedLoader; a CombinedLoader in another mode is one loader of combined batches."""
@@ -86,6 +114,24 @@ def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int
             f"{flag}={limit!r} gives 0 of {size} batches; use at least {1 / size:.4g} or an int"
         )
     return batches
+
+
+def warn_if_no_training_batches(loader: Any, num_batches: int | float) -> None:
+    """An empty training loader makes fit "finish" without a single step; say so, and why."""
+    if num_batches != 0:
+        return
+    reason = "it has no batches"
+    if isinstance(loader, DataLoader):
+        samples = length(loader.dataset)
+        if samples == 0:
+            reason = "its dataset is empty"
+        elif loader.drop_last and samples is not None and loader.batch_size and samples < loader.batch_size:
+            reason = f"drop_last=True drops its only batch ({samples} samples, batch_size={loader.batch_size})"
+    warnings.warn(
+        f"The training dataloader is empty ({reason}): no training step will run, so fit leaves the model as it is",
+        TrainerWarning,
+        stacklevel=3,
+    )
 
 
 def train_loader(loaders: Any) -> Any:

@@ -13,6 +13,7 @@ from torch.optim import Optimizer
 
 from devices.precision import StepClosure
 from stages.exceptions import MisconfigurationException, TrainerWarning
+from stages.loss_check import NonFiniteLossCheck
 
 _SCHEDULER_KEYS = {
     "scheduler",
@@ -175,6 +176,7 @@ class Optimization:
         self.optimizers: list[Optimizer] = []
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.lightning_optimizers: list[LightningOptimizer] = []
+        self.check_loss = NonFiniteLossCheck(trainer)
 
     def setup(self, module: Any) -> None:
         returned = self.trainer._hooks.module("configure_optimizers")
@@ -197,8 +199,10 @@ class Optimization:
         self.lr_scheduler_configs = configs
         self.lightning_optimizers = [LightningOptimizer(o, self) for o in optimizers]
         self.trainer.strategy.optimizers_to_device(optimizers)
+        self.check_loss.reset()
 
     def run_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        self.check_loss(loss)
         hooks = self.trainer._hooks
         # A gradient scaler multiplies the loss first: the backward hooks see what is backpropagated.
         loss = self.trainer.strategy.precision.pre_backward(loss)

@@ -128,6 +128,7 @@ class FitLoop:
         loader = data.train_loader(data.request(trainer, "train"))
         self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
+        data.warn_if_no_training_batches(self._train_loader, self.num_training_batches)
         if trainer.loggers and not trainer.fast_dev_run and self.num_training_batches < trainer.log_every_n_steps:
             warnings.warn(
                 f"The training loader has {self.num_training_batches} batches, fewer than "
@@ -348,6 +349,8 @@ class FitLoop:
         trainer._metrics.epoch_end_reached("train")
         hooks.callbacks_where("on_train_epoch_end", False)
         hooks.module("on_train_epoch_end")
+        # The monitoring callbacks see this epoch's reductions through the live view (epoch_end_reached above),
+        # so a checkpoint ranks this epoch's value; they reach the loggers after, as in Lightning.
         hooks.callbacks_where("on_train_epoch_end", True)
         # The logging step already moved past the epoch's last batch; its epoch values belong to that batch.
         trainer._metrics.epoch_end("train", self.batches_that_stepped - 1, bool(trainer.loggers))

@@ -306,7 +306,7 @@ class Trainer:
         if isinstance(train_dataloaders, LightningDataModule):
             train_dataloaders, datamodule = None, train_dataloaders
         _check_model(model, "fit")
-        _check_data_arguments(datamodule, train_dataloaders, val_dataloaders)
+        _check_data_arguments("fit", datamodule, train_dataloaders=train_dataloaders, val_dataloaders=val_dataloaders)
         configuration.check_fit(model, datamodule, val_dataloaders)
         self.should_stop = False
         if self._max_epochs_defaulted:
@@ -360,7 +360,7 @@ class Trainer:
         self._refuse_reentry("predict")
         if isinstance(dataloaders, LightningDataModule):
             dataloaders, datamodule = None, dataloaders
-        _check_data_arguments(datamodule, dataloaders)
+        _check_data_arguments("predict", datamodule, dataloaders=dataloaders)
         module = self._model_for("predict", model)
         configuration.check_predict(module)
         run = self._execute(
@@ -393,7 +393,7 @@ class Trainer:
         step = "validation_step" if kind == "val" else "test_step"
         if not is_overridden(step, module, LightningModule):
             raise MisconfigurationException(f"{type(module).__name__} has no {step}(), which Trainer.{trigger} needs")
-        _check_data_arguments(datamodule, dataloaders)
+        _check_data_arguments(trigger, datamodule, dataloaders=dataloaders)
         run = self._execute(
             trigger,
             fn,
@@ -850,8 +850,10 @@ def _check_model(model: Any, trigger: str) -> None:
         raise TypeError(f"Trainer.{trigger} needs a LightningModule; got {type(model).__name__}")
 
 
-def _check_data_arguments(datamodule: Any, *loaders: Any) -> None:
+def _check_data_arguments(trigger: str, datamodule: Any, **loaders: Any) -> None:
     if datamodule is not None and not isinstance(datamodule, LightningDataModule):
         raise TypeError(f"datamodule must be a LightningDataModule; got {type(datamodule).__name__}")
-    if datamodule is not None and any(loader is not None for loader in loaders):
+    for name, value in loaders.items():
+        data.check_argument(trigger, name, value)
+    if datamodule is not None and any(loader is not None for loader in loaders.values()):
         raise MisconfigurationException("pass either dataloaders or a datamodule, not both")

@@ -8,6 +8,8 @@ import re
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import fsspec
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
+from devices.checkpoint_io import remove_stale_temporaries
 from stages.callbacks.callback import Checkpoint
 from stages.exceptions import MisconfigurationException, TrainerWarning
 
@@ -94,6 +97,11 @@ class ModelCheckpoint(Checkpoint):
         self._last_checkpoint_saved = ""
         self._last_time_checked: float | None = None
         self._defer_save_until_validation = False
+        # A hook's saves that an exception cut short: on_exception must not count them as done.
+        self._save_point_open = False
+        # `last`'s path, chosen at the first save of a save point so every file written there records it.
+        self._last_claimed_step: int | None = None
+        self._last_replaced = ""
 
     def _init_triggers(
         self,
@@ -122,7 +130,11 @@ class ModelCheckpoint(Checkpoint):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.dirpath = trainer.strategy.broadcast(self._resolve_dirpath(trainer))
         self._fs = _filesystem(self.dirpath)
+        self._save_point_open = False
+        self._last_claimed_step = None
         if trainer.is_global_zero and stage == "fit":
+            for path in remove_stale_temporaries(self.dirpath):
+                log.info(f"removed {path!r}, left by a save that was cut short")
             self._warn_if_dir_not_empty()
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -136,32 +148,39 @@ class ModelCheckpoint(Checkpoint):
             self._defer_save_until_validation = True
             return
         if not self._should_skip_saving_checkpoint(trainer):
-            self._save_topk_checkpoint(trainer, candidates, strict=False)
-            self._save_last_checkpoint(trainer, candidates)
+            with self._save_point():
+                self._save_topk_checkpoint(trainer, candidates, strict=False)
+                self._save_last_checkpoint(trainer, candidates)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self._should_skip_saving_checkpoint(trainer) or not self._should_save_on_train_epoch_end(trainer):
             return
-        self._save_epoch_checkpoints(trainer, strict=False)
+        with self._save_point():
+            self._save_epoch_checkpoints(trainer, strict=False)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         # Consume the deferral even when this validation cannot save, so a stale one never fires later.
         deferred, self._defer_save_until_validation = self._defer_save_until_validation, False
         if self._should_skip_saving_checkpoint(trainer):
             return
-        if deferred:
-            candidates = self._monitor_candidates(trainer)
-            self._save_topk_checkpoint(trainer, candidates, strict=True)
-            self._save_last_checkpoint(trainer, candidates)
-        elif not self._should_save_on_train_epoch_end(trainer):
-            self._save_epoch_checkpoints(trainer, strict=True)
+        with self._save_point():
+            if deferred:
+                candidates = self._monitor_candidates(trainer)
+                self._save_topk_checkpoint(trainer, candidates, strict=True)
+                self._save_last_checkpoint(trainer, candidates)
+            elif not self._should_save_on_train_epoch_end(trainer):
+                self._save_epoch_checkpoints(trainer, strict=True)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.save_last and not self._last_checkpoint_saved and not self._should_skip_saving_checkpoint(trainer):
-            self._write_last(trainer, self._monitor_candidates(trainer))
+            with self._save_point():
+                self._write_last(trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if not self.save_on_exception or self._should_skip_saving_checkpoint(trainer):
+        if not self.save_on_exception:
+            return
+        # A save point the exception cut short (say, during the `last` write) left files one save behind.
+        if self._should_skip_saving_checkpoint(trainer) and not self._save_point_open:
             return
         candidates = self._monitor_candidates(trainer)
         # The plain template name, as Lightning writes it: no prefix and no version suffix, so
@@ -169,6 +188,7 @@ class ModelCheckpoint(Checkpoint):
         filepath = self.format_checkpoint_name(candidates)
         self._save_checkpoint(trainer, filepath)
         self._save_last_checkpoint(trainer, candidates)
+        self._save_point_open = False
         log.info(f"{type(exception).__name__} raised with message {str(exception)!r}; saved checkpoint {filepath}")
 
     def state_dict(self) -> dict[str, Any]:
@@ -321,6 +341,14 @@ class ModelCheckpoint(Checkpoint):
 
     # ---- saving ----
 
+    @contextmanager
+    def _save_point(self) -> Iterator[None]:
+        """Marks a hook's saves as in progress; an exception leaves the mark set (no finally on purpose)."""
+        self._save_point_open = True
+        yield
+        self._save_point_open = False
+        self._last_claimed_step = None
+
     def _save_epoch_checkpoints(self, trainer: Any, strict: bool) -> None:
         candidates = self._monitor_candidates(trainer)
         if self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0:
@@ -426,18 +454,34 @@ class ModelCheckpoint(Checkpoint):
             self._write_last(trainer, candidates)
 
     def _write_last(self, trainer: Any, candidates: dict[str, Any]) -> None:
-        filepath = self._unique_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, reusable=self.last_model_path)
-        # Set before saving: the path is part of the state written into the checkpoint.
-        previous, self.last_model_path = self.last_model_path, filepath
+        self._claim_last(trainer, candidates)
+        filepath, previous = self.last_model_path, self._last_replaced
+        self._last_claimed_step = None
         target = self._last_checkpoint_saved
         if self.save_last == "link" and self.save_top_k != 0 and target and target != filepath:
             self._link_checkpoint(trainer, target, filepath)
         else:
-            self._save_checkpoint(trainer, filepath)
+            self._save_checkpoint(trainer, filepath, is_last=True)
         if previous and self._should_remove_checkpoint(trainer, previous, filepath):
             self._remove_checkpoint(trainer, previous)
 
-    def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
+    def _claim_last(self, trainer: Any, candidates: dict[str, Any]) -> None:
+        """Choose `last`'s path once per save point, before its first file is written.
+
+        The path is part of the state in every file: a run resumed from any of them (an `exception-*.ckpt`
+        too) knows which `last` it owns and keeps overwriting it instead of starting `last-v1.ckpt`.
+        """
+        if self._last_claimed_step == trainer.global_step:
+            return
+        self._last_replaced = self.last_model_path
+        self.last_model_path = self._unique_path(
+            trainer, candidates, self.CHECKPOINT_NAME_LAST, reusable=self.last_model_path
+        )
+        self._last_claimed_step = trainer.global_step
+
+    def _save_checkpoint(self, trainer: Any, filepath: str, is_last: bool = False) -> None:
+        if self.save_last and not is_last:
+            self._claim_last(trainer, self._monitor_candidates(trainer))
         trainer.save_checkpoint(filepath, weights_only=self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
