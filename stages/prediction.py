@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stages import data
 from stages.batch_indices import RecordingBatchSampler, recording
 from stages.callbacks.prediction_writer import BasePredictionWriter
+from stages.contract import module_of, run_of
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 
 @dataclass
@@ -26,7 +30,7 @@ class PredictionRecord:
         return self.outputs[0] if len(self.outputs) == 1 else self.outputs
 
 
-def run_predict(trainer: Any) -> str:
+def run_predict(trainer: TrainerView) -> str:
     limit = trainer.limit_predict_batches
     trainer.predict_dataloaders = None if limit == 0 else data.request(trainer, "predict")
     loaders = data.as_list(trainer.predict_dataloaders)
@@ -41,13 +45,14 @@ def run_predict(trainer: Any) -> str:
     trainer.num_predict_batches = counts
     keep_for_writers = any(writer.interval.on_epoch for writer in writers)
     predictions = _predict(trainer, loaders, counts, recorders, keep_for_writers) if sum(counts) else []
-    if trainer._run.return_predictions:
-        trainer._run.predictions = predictions[0] if len(predictions) == 1 else predictions
+    run = run_of(trainer)
+    if run.return_predictions:
+        run.predictions = predictions[0] if len(predictions) == 1 else predictions
     return "finish"
 
 
 def _predict(
-    trainer: Any,
+    trainer: TrainerView,
     loaders: list[Any],
     counts: list[int | float],
     recorders: list[RecordingBatchSampler | None],
@@ -55,12 +60,12 @@ def _predict(
 ) -> list[list[Any]]:
     hooks = trainer._hooks
     progress = trainer.predict_progress
-    keep = trainer._run.return_predictions or keep_for_writers
+    keep = run_of(trainer).return_predictions or keep_for_writers
     record = trainer._prediction_record
     # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
-        trainer.lightning_module._record_modes()
+        module_of(trainer)._record_modes()
         hooks.module("on_predict_model_eval")
         hooks.callbacks("on_predict_start")
         hooks.module("on_predict_start")

@@ -15,7 +15,12 @@ THREE = ("ready", "started", "completed")
 
 
 class Counts:
-    """Named integer counters, one per stage of a step."""
+    """Named integer counters, one per stage of a step (each instance has the ones it was made with)."""
+
+    ready: int
+    started: int
+    processed: int
+    completed: int
 
     def __init__(self, names: tuple[str, ...]):
         self.names = names
