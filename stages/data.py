@@ -94,7 +94,7 @@ def length(loader: Any) -> int | None:
 
 
 def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int | float:
-    """Batches per loader under a `limit_*_batches` value (reference 3.6); a CombinedLoader's limit applies to
+    """Batches per loader under a `limit_*_batches` value; a CombinedLoader's limit applies to
     each of its iterables."""
     if isinstance(loader, CombinedLoader):
         loader.limits = [limited_batches(member, limit, flag) for member in loader.flattened]
@@ -164,7 +164,7 @@ def fetch(
 
     A resumed epoch continues its count at `start`. With `positioned`, the `start` batches it already ran are drawn
     from the loader and dropped, and `positioned()` runs once the next batch is in hand, where the saving run stood
-    (reference 9.4). Without it the loader starts over and only the remaining number runs (Lightning's rule).
+    (exact resume). Without it the loader starts over and only the remaining number runs (Lightning's rule).
     With a `profiler`, every `next` on the loader is timed as `action` (decided here once per epoch).
     """
     if num_batches <= start:
@@ -214,7 +214,7 @@ _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_a
 
 
 def transfer(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:
-    """The three transfer hooks (reference 5, `T`); a DataModule's override wins over the module's."""
+    """The three transfer hooks; a DataModule's override wins over the module's."""
     hooks = trainer._hooks
     datamodule = trainer.datamodule
     device = trainer.strategy.root_device

@@ -1,4 +1,4 @@
-"""The `fitting.setup` handler: the last step before fit runs (reference 2.2 step 10)."""
+"""The `fitting.setup` handler: the last step before fit runs."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def _from_dict(config: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSched
 
 
 def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
-    """Every return form of `configure_optimizers` (reference, issue 3): optimizer, list, pair of lists, dicts."""
+    """Every return form of `configure_optimizers`: optimizer, list, pair of lists, dicts."""
     if isinstance(result, Optimizer):
         return [result], []
     if isinstance(result, Mapping):

@@ -1,4 +1,4 @@
-"""Loop progress counters, in Lightning's checkpoint layout (reference 7.2).
+"""Loop progress counters, in Lightning's checkpoint layout.
 
 Each progress has `total` (the whole run) and `current` (the epoch or run) counters; a batch or epoch advances
 ready -> started -> processed -> completed, so a checkpoint tells exactly where inside a step it was taken.

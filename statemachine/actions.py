@@ -57,7 +57,7 @@ def prepare_data(trainer: Trainer) -> None:
 def call_setup_hooks(trainer: Trainer) -> None:
     fn = trainer._live_run().fn
     for logger in trainer.loggers:
-        _ = logger.experiment  # created before setup, so setup hooks can already log to it (reference 2.2 step 4)
+        _ = logger.experiment  # created before setup, so setup hooks can already log to it
     trainer.strategy.barrier("pre_setup")
     trainer._hooks.datamodule("setup", stage=fn)
     trainer._hooks.callbacks("setup", stage=fn)
@@ -70,7 +70,8 @@ def configure_model(trainer: Trainer) -> None:
 
 
 def restore_weights_and_callbacks(trainer: Trainer) -> None:
-    """Restore 1 (reference 2.2 step 6): load the resolved checkpoint, then weights, datamodule, callbacks."""
+    """Restore the weights first (before the strategy set-up): load the resolved checkpoint, then weights,
+    datamodule, callbacks."""
     run = trainer._live_run()
     run.ckpt_path = checkpoint.resolve_ckpt_path(trainer, run.ckpt_path_arg)
     if run.ckpt_path is None:
@@ -129,7 +130,7 @@ def register_signal_handlers(trainer: Trainer) -> None:
 
 
 def save_rng_state(trainer: Trainer) -> None:
-    """The sanity check must not change the random draws of training (reference 2.2 step 10)."""
+    """The sanity check must not change the random draws of training."""
     trainer._live_run().rng_state = rng.capture()
 
 
@@ -159,7 +160,7 @@ def end_training(trainer: Trainer) -> None:
 
 
 def teardown_internals(trainer: Trainer) -> None:
-    """Internal teardown (reference 2.2 step 11): not a user hook, so it runs on success and on failure."""
+    """Internal teardown: not a user hook, so it runs on success and on failure."""
     trainer.fit_loop.teardown()
     trainer.fit_validation.teardown()
     module = trainer._live_run().model

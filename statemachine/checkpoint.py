@@ -28,11 +28,11 @@ RESUME_KEY = "statemachine_resume"  # RNG states and loader position for an exac
 _LAST = re.compile(r"last(-v?\d+)?\.ckpt$")
 
 
-# ---- saving ---------------------------------------------------------------------------------------------
+# ---- saving ----------------------------------------------------------------------------------------------------------
 
 
 def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
-    """The checkpoint dict, keys in Lightning's write order (reference 7.1)."""
+    """The checkpoint dict, keys in Lightning's write order."""
     module = module_of(trainer)
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,
@@ -92,7 +92,7 @@ def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
             checkpoint[owner.CHECKPOINT_HYPER_PARAMS_KEY] = dict(owner.hparams)
 
 
-# ---- ckpt_path resolution (reference 7.3) ---------------------------------------------------------------
+# ---- ckpt_path resolution ("best", "last", a path) -------------------------------------------------------------------
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
@@ -161,11 +161,11 @@ def _last_path(trainer: Trainer, fn: str) -> str | None:
     return max(candidates)[1]
 
 
-# ---- restoring ------------------------------------------------------------------------------------------
+# ---- restoring -------------------------------------------------------------------------------------------------------
 
 
 def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
-    """Restore 1 (reference 2.2 step 6): module hook, weights, DataModule, callbacks."""
+    """Restore the weights (before the strategy set-up): module hook, weights, DataModule, callbacks."""
     if "state_dict" not in checkpoint:
         raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict' key)")
     module = module_of(trainer)

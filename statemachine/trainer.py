@@ -620,7 +620,7 @@ class Trainer:
 
     @property
     def enable_validation(self) -> bool:
-        """A val source exists, `validation_step` is overridden and `limit_val_batches > 0` (reference 3.3)."""
+        """A val source exists, `validation_step` is overridden and `limit_val_batches > 0`."""
         if self._run is None or self.limit_val_batches == 0:
             return False
         return is_overridden("validation_step", self.lightning_module, LightningModule) and data.has_source(self, "val")

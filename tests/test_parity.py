@@ -376,7 +376,7 @@ def test_parity_manual_optimization_two_optimizers(tmp_path: Path) -> None:
 
 
 def _validate(net: nn.Module, loader: DataLoader) -> None:
-    """What a validation run does to the state a later training batch sees (reference 3.3, 4)."""
+    """What a validation run does to the state a later training batch sees."""
     net.eval()
     with torch.no_grad():
         for batch in loader:
