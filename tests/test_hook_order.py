@@ -1,6 +1,6 @@
 """The exact hook sequences Lightning 2.6 produces (entry order), recorded with `tests/hooked.py`.
 
-The expected lists are built from the reference's own shorthands: T (batch transfer), VAL (one evaluation
+The expected lists are built from short names for repeated runs of hooks: T (batch transfer), VAL (one evaluation
 run), SAVE (a checkpoint save) and the automatic/manual training batch of 5.2/5.3. One user callback comes
 first, then `ModelCheckpoint` (whose own hooks are not recorded), as in Lightning's hook tests.
 """
