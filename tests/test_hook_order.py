@@ -16,7 +16,7 @@ from hooked import HookedDataModule, HookedModel, ManualHookedModel, RecordingCa
 
 import statemachine as L
 
-# ---- the reference's shorthands ---------------------------------------------------------------------------
+# ---- short names for repeated runs of hooks ------------------------------------------------------------------
 
 
 def both(name: str, *details: Any) -> list[str]:
