@@ -7,6 +7,7 @@ from devices import checkpoint_io
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
 from devices.checkpoint_io import CorruptCheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from devices.connector import connect
+from devices.ddp import DDPStrategy
 from devices.precision import Precision, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 from devices.transfer import move_optimizer_state, move_to_device
@@ -16,6 +17,7 @@ __all__ = [
     "CPUAccelerator",
     "CUDAAccelerator",
     "CorruptCheckpointError",
+    "DDPStrategy",
     "Precision",
     "SingleDeviceStrategy",
     "Strategy",

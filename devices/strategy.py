@@ -25,6 +25,10 @@ _CPU = torch.device("cpu")
 class Strategy(ABC):
     """What every strategy offers the trainer; subclasses decide the process layout."""
 
+    # Whether the run spans several processes that split the data (then loaders get distributed samplers).
+    is_distributed: bool = False
+    launcher: Any = None
+
     def __init__(self, accelerator: Accelerator, precision: Precision) -> None:
         self.accelerator = accelerator
         self.precision = precision
@@ -82,6 +86,10 @@ class Strategy(ABC):
     @abstractmethod
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Agree on a stop/save decision: every process (`all`) or any process must want it."""
+
+    @abstractmethod
+    def check_same(self, value: str) -> list[str] | None:
+        """Every process's `value` (index = global rank) when they differ; None when all hold the same one."""
 
     def setup_environment(self) -> None:
         """Prepare the device for this process; call once before the module moves."""
@@ -190,7 +198,10 @@ class SingleDeviceStrategy(Strategy):
         return tensor
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        return decision
+        return bool(decision)
+
+    def check_same(self, value: str) -> list[str] | None:
+        return None
 
     def on_exception(self, exception: BaseException) -> None:
         """One process holds no process group or peers, so an exception leaves nothing to release."""

@@ -731,8 +731,6 @@ def test_one_error_names_every_bad_field() -> None:
     [
         {"profiler": "simple"},
         {"plugins": [object()]},
-        {"sync_batchnorm": True},
-        {"strategy": "ddp"},
         {"precision": "16-mixed"},
     ],
 )
