@@ -240,7 +240,7 @@ class DDPStrategy(Strategy):
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         """Stack every rank's `tensor` along a new first dimension (sizes may differ along dim 0: padded and cut)."""
         if not self.distributed_ready:
-            return tensor.unsqueeze(0) if isinstance(tensor, Tensor) else tensor
+            return tensor
         size = dist.get_world_size(group) if group is not None else self.world_size
         if sync_grads:
             from torch.distributed.nn.functional import all_gather as gather_with_grads

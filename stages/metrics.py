@@ -140,6 +140,8 @@ class _Entry:
     metric: Any = None
     # the eval loader a batch hook logged this from, when there are several; None: it belongs to every loader
     dataloader_idx: int | None = None
+    sync: bool = False  # reduce across ranks when the value is computed (sync_dist=True)
+    sync_group: Any = None
 
     def accumulate(self, value: Tensor, batch_size: int) -> None:
         if self.total is None:
@@ -162,6 +164,17 @@ class _Entry:
         if self.total is None:
             return None
         return self.total / self.weight if self.reduction == "mean" else self.total
+
+
+def _synced_epoch_value(strategy: Any, entry: _Entry) -> Tensor | None:
+    """The epoch value over every rank's batches: a mean is weighted by every rank's batch sizes."""
+    if entry.total is None or not entry.on_epoch:
+        return entry.epoch_value()
+    if entry.reduction != "mean":
+        return strategy.reduce(entry.total, entry.sync_group, entry.reduction)
+    total = strategy.reduce(entry.total, entry.sync_group, "sum")
+    weight = strategy.reduce(torch.tensor(float(entry.weight), device=total.device), entry.sync_group, "sum")
+    return total / weight
 
 
 class MetricsCollector:
@@ -216,7 +229,12 @@ class MetricsCollector:
         enable_graph: bool,
         add_dataloader_idx: bool,
         batch_size: int | None,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        rank_zero_only: bool = False,
     ) -> None:
+        if rank_zero_only and self.trainer.global_rank != 0:
+            return  # only rank 0's value is logged, and it is not synced: the other ranks may not log it at all
         bucket = self._current_bucket()
         if bucket is None:
             raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
@@ -228,6 +246,9 @@ class MetricsCollector:
         entry = bucket.get(name)
         if entry is None:
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
+            # torchmetrics objects sync themselves in compute(); plain values are reduced here.
+            entry.sync = sync_dist and not rank_zero_only and metric is None and self.trainer.world_size > 1
+            entry.sync_group = sync_dist_group
             if self.num_dataloaders > 1 and fx in _EVAL_BATCH_HOOKS:
                 entry.dataloader_idx = self.dataloader_idx
             bucket[name] = entry
@@ -260,6 +281,8 @@ class MetricsCollector:
         for name, entry in bucket.items():
             if not entry.on_step or entry.step_value is None:
                 continue
+            if entry.sync:
+                entry.step_value = self.trainer.strategy.reduce(entry.step_value, entry.sync_group, entry.reduction)
             key = f"{name}_step" if entry.on_epoch else name
             self._callback[key] = entry.step_value
             if entry.on_epoch:
@@ -279,7 +302,7 @@ class MetricsCollector:
         self._reduced_loaders = {}
         to_log: dict[str, Tensor] = {}
         for name, entry in bucket.items():
-            value = entry.epoch_value()
+            value = _synced_epoch_value(self.trainer.strategy, entry) if entry.sync else entry.epoch_value()
             if not entry.on_epoch or value is None:
                 continue
             key = f"{name}_epoch" if entry.on_step else name

@@ -12,6 +12,7 @@ from devices.ddp import DDPStrategy
 from devices.launchers import MultiprocessingLauncher
 from devices.watchdog import PeerFailedError
 from stages.exceptions import MisconfigurationException
+from stages.loggers.logger import FileLogger
 from stages.rank_zero import rank_zero_only
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def _drive(trainer: Trainer, trigger: str) -> None:
     if not isinstance(strategy, DDPStrategy):
         trainer._drive(trigger)
         return
+    _agree_on_log_versions(trainer, strategy)
     strategy.arm(lambda: trainer._run is not None and trainer._run.exception is not None)
     try:
         trainer._drive(trigger)
@@ -79,6 +81,14 @@ def _drive(trainer: Trainer, trigger: str) -> None:
         raise
     finally:
         strategy.disarm()
+
+
+def _agree_on_log_versions(trainer: Trainer, strategy: DDPStrategy) -> None:
+    """A logger picks its next free version folder on first use; every rank takes rank 0's pick, so the
+    checkpoint and history paths match across ranks."""
+    for logger in trainer.loggers:
+        if isinstance(logger, FileLogger) and logger._dir._version is None:
+            logger._dir._version = strategy.broadcast(logger.version)
 
 
 def _drive_in_worker(trainer: Trainer, trigger: str) -> WorkerOutput | None:

@@ -24,6 +24,9 @@ class FakeStrategy:
     def broadcast(self, obj: Any) -> Any:
         return obj
 
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return decision
+
 
 class FakeLogger:
     def __init__(self, save_dir: str | None, name: str = "lightning_logs", version: int | str = 0) -> None:

@@ -212,13 +212,13 @@ class FileLogger(Logger):
         return self._dir.log_dir
 
 
-class _NoExperiment:
+class NoExperiment:
     """Accepts any call and does nothing, so `self.logger.experiment.add_image(...)` runs under fast_dev_run."""
 
     def __getattr__(self, name: str) -> Any:
         return self
 
-    def __call__(self, *args: Any, **kwargs: Any) -> _NoExperiment:
+    def __call__(self, *args: Any, **kwargs: Any) -> NoExperiment:
         return self
 
 
@@ -234,8 +234,8 @@ class DummyLogger(Logger):
         return ""
 
     @property
-    def experiment(self) -> _NoExperiment:
-        return _NoExperiment()
+    def experiment(self) -> NoExperiment:
+        return NoExperiment()
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Nothing is recorded during a fast_dev_run."""

@@ -12,6 +12,7 @@ import torch
 
 from stages.loggers.logger import (
     FileLogger,
+    NoExperiment,
     VersionedDir,
     add_prefix,
     check_finalize_status,
@@ -19,6 +20,7 @@ from stages.loggers.logger import (
     flatten_hparams,
     metrics_to_floats,
 )
+from stages.rank_zero import rank_zero_only
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -64,19 +66,23 @@ class TensorBoardLogger(FileLogger):
         return self._sub_dir
 
     @property
-    def experiment(self) -> SummaryWriter:
+    def experiment(self) -> SummaryWriter | NoExperiment:
+        if rank_zero_only.rank != 0:
+            return NoExperiment()  # only global rank 0 writes
         if self._experiment is None:
             from torch.utils.tensorboard import SummaryWriter
 
             self._experiment = SummaryWriter(log_dir=self.log_dir)
         return self._experiment
 
+    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         scalars = add_prefix(metrics_to_floats(metrics), self._prefix, self.PREFIX_SEPARATOR)
         writer = self.experiment
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
 
+    @rank_zero_only
     def log_hyperparams(
         self,
         params: dict[str, Any] | argparse.Namespace,
@@ -102,10 +108,12 @@ class TensorBoardLogger(FileLogger):
         for summary in (experiment_summary, session_start, session_end):
             file_writer.add_summary(summary)
 
+    @rank_zero_only
     def save(self) -> None:
         if self._experiment is not None:
             self._experiment.flush()
 
+    @rank_zero_only
     def finalize(self, status: str) -> None:
         check_finalize_status(status)
         if self._experiment is not None:
