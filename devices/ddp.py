@@ -24,6 +24,7 @@ from devices.watchdog import PeerFailedError, PeerWatch
 _log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
+_PEER_REPORT_SECONDS = 2.0
 _START_METHODS = ("popen", "spawn", "fork", "forkserver")
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -278,16 +279,37 @@ class DDPStrategy(Strategy):
 
     # ---- failure ----------------------------------------------------------------------------------------
 
-    def on_exception(self, exception: BaseException) -> None:
-        """Tell the peers (first failure wins), then tear the process group down so their collectives fail now
-        instead of after `timeout`; from here on this process's collectives are local."""
+    def on_failure(self, exception: BaseException) -> None:
+        """Tell the peers (the first failure reported wins), then tear the process group down so their
+        collectives fail now instead of after `timeout`; from here on this process's collectives are local."""
         self.disarm()
         if self._broken or not dist.is_initialized():
             return
         self._broken = True
         if self.watch is not None and not isinstance(exception, PeerFailedError):
+            self._report_dead_children()
+            if _lost_a_peer(exception):
+                # The peer that vanished (or the launcher that saw it die) reports it; give it a moment first.
+                self.watch.wait_for_report(_PEER_REPORT_SECONDS)
             self.watch.report(self.global_rank, exception)
         _destroy_group()
+
+    def _report_dead_children(self) -> None:
+        # A collective fails here the moment a child rank dies; its death, not this error, came first.
+        children = getattr(self.launcher, "dead_children", None)
+        if children is not None and self.watch is not None:
+            for rank, reason in children():
+                self.watch.report(rank, reason)
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Everything was released by `on_failure`, which runs first on the interrupt path."""
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        if not self.distributed_ready:
+            return [obj]
+        gathered: list[Any] = [None] * self.world_size
+        self._collective(lambda: dist.all_gather_object(gathered, obj), "all_gather_object")
+        return gathered
 
     def __repr__(self) -> str:
         return (
@@ -313,6 +335,11 @@ class _RoutedStep:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.model(*args, **kwargs)
+
+
+def _lost_a_peer(exception: BaseException) -> bool:
+    """gloo's and NCCL's wording when a collective fails because another process went away."""
+    return isinstance(exception, RuntimeError) and "by peer" in str(exception)
 
 
 def _agent_store(env: ClusterEnvironment) -> bool:

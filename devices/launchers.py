@@ -211,6 +211,10 @@ class MultiprocessingLauncher:
 
 
 def _worker(local_rank: int, strategy: DDPStrategy, function: Callable[..., Any], args: tuple, queue: Any) -> None:
+    if strategy.start_method == "fork":
+        # A forked child inherits the parent's OpenMP pool in a broken state: its first parallel region hangs
+        # if the parent computed anything before. One intra-op thread per rank never enters such a region.
+        torch.set_num_threads(1)
     strategy.set_local_rank(local_rank)
     try:
         strategy.setup_environment()

@@ -141,6 +141,14 @@ class Strategy(ABC):
             checkpoint_io.remove_checkpoint(path, storage_options)
 
     @abstractmethod
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every process's picklable `obj`, indexed by global rank."""
+
+    @abstractmethod
+    def on_failure(self, exception: BaseException) -> None:
+        """Called first when this process's run fails, before any hook: tell the other processes."""
+
+    @abstractmethod
     def on_exception(self, exception: BaseException) -> None:
         """Called by the trainer's interrupt sequence, before teardown, to release collective resources."""
 
@@ -202,6 +210,12 @@ class SingleDeviceStrategy(Strategy):
 
     def check_same(self, value: str) -> list[str] | None:
         return None
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def on_failure(self, exception: BaseException) -> None:
+        """One process has no peers to tell."""
 
     def on_exception(self, exception: BaseException) -> None:
         """One process holds no process group or peers, so an exception leaves nothing to release."""

@@ -13,6 +13,7 @@ import ctypes
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,12 @@ class PeerWatch:
         except Exception as error:  # noqa: BLE001 - losing the store means its host (rank 0 or the launcher) died
             self.failure = (0, f"the rendezvous store is unreachable ({type(error).__name__}: {error})")
         return self.failure
+
+    def wait_for_report(self, seconds: float) -> None:
+        """Wait up to `seconds` for any rank's failure report to appear."""
+        deadline = time.monotonic() + seconds
+        while self.read() is None and time.monotonic() < deadline:
+            time.sleep(_POLL_SECONDS)
 
     def stop(self) -> None:
         self._stop.set()

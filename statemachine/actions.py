@@ -168,6 +168,12 @@ def ignore_sigint(trainer: Trainer) -> None:
     trainer._signals.ignore_sigint()
 
 
+def notify_peers(trainer: Trainer) -> None:
+    """First, before any hook: the other ranks learn of this failure, so they stop now instead of waiting in a
+    collective until the process group's timeout; collectives are local from here on."""
+    trainer.strategy.on_failure(trainer._run.exception)
+
+
 def call_on_exception_hooks(trainer: Trainer) -> None:
     exception = trainer._run.exception
     trainer._hooks.callbacks("on_exception", exception)
@@ -213,6 +219,7 @@ ACTIONS: dict[str, Callable[[Trainer], None]] = {
         call_teardown_hooks,
         finalize_loggers_success,
         ignore_sigint,
+        notify_peers,
         call_on_exception_hooks,
         strategy_on_exception,
         finalize_loggers_failed,

@@ -203,6 +203,7 @@ _ENTRY = {
 }
 _INTERRUPT_CHAIN = (
     "ignore_sigint",
+    "notify_peers",
     "call_on_exception_hooks",
     "strategy_on_exception",
     "finalize_loggers_failed",

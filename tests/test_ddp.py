@@ -1,0 +1,221 @@
+"""Multi-process runs on CPU with gloo: two real processes per test, launched the ways users launch them.
+
+Every subprocess gets a hard timeout; the failure tests also bound how long the whole run took to end.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ddp_app import RankModel, dataset, loader, weights
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+
+import statemachine as L
+from devices.environments import find_free_port
+from devices.launchers import RankFailedError
+from stages import samplers
+from statemachine.history import load_history
+
+APP = Path(__file__).with_name("ddp_app.py")
+HARD_TIMEOUT = 120  # seconds; a hang fails the test instead of the suite
+ENDS_WITHIN = 30  # seconds a failed run may take to end on every rank
+
+# The hooks each rank records for fit (sanity check, 2 epochs), validate, test and predict, in Lightning's order.
+EXPECTED_HOOKS = [
+    "setup", "on_fit_start", "on_validation_start", "on_train_start",
+    "on_train_epoch_start", "on_validation_start", "on_train_epoch_end",
+    "on_train_epoch_start", "on_validation_start", "on_train_epoch_end",
+    "on_train_end", "on_fit_end", "teardown",
+    "setup", "on_validation_start", "teardown",
+    "setup", "on_test_start", "teardown",
+    "setup", "on_predict_start", "teardown",
+]  # fmt: skip
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PL_GLOBAL_SEED", None)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=HARD_TIMEOUT)
+
+
+def _ranks(out: Path) -> list[dict[str, Any]]:
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def _trainer(root: Path, **options: Any) -> L.Trainer:
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "max_epochs": 2,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": root,
+        "num_sanity_val_steps": 0,
+    }
+    return L.Trainer(**(settings | options))
+
+
+def _assert_two_ranks_agree(out: Path) -> None:
+    first, second = _ranks(out)
+    assert [first["rank"], second["rank"]] == [0, 1] and first["world_size"] == second["world_size"] == 2
+    assert first["weights"] == second["weights"]  # DDP keeps the replicas identical
+    assert first["hooks"] == second["hooks"] == EXPECTED_HOOKS
+    for record in (first, second):
+        metrics = record["fit_metrics"]
+        assert metrics["rank_mean"] == 0.5  # synced mean of 0 and 1
+        assert metrics["rank_local"] == record["rank"]  # not synced: each rank keeps its own
+        assert metrics["rank_max"] == 1.0 and metrics["gathered_sum"] == 1.0
+        assert metrics["val_rank_sum"] == 4.0  # rank 1 logs 1.0 in each of its 4 batches, summed over ranks
+        assert record["tested"] == [{"test_rank": 0.5}]
+        assert record["validated"] == first["validated"]
+    assert first["fit_metrics"]["only_zero"] == 10.0 and "only_zero" not in second["fit_metrics"]
+    # predict: every sample exactly once over the two ranks, even with an odd count
+    assert sorted(first["predicted"] + second["predicted"]) == list(range(31))
+    assert first["predictions"] == first["predicted"]
+
+
+def test_script_relaunch_runs_every_entry_point_on_two_ranks(tmp_path: Path) -> None:
+    result = _run([sys.executable, str(APP), str(tmp_path), "--strategy", "ddp"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _assert_two_ranks_agree(tmp_path)
+    first, second = _ranks(tmp_path)
+    # Only global rank 0 writes logs, in the one version folder both ranks agree on; the checkpoint is shared.
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+    assert first["log_dir"] == second["log_dir"] and (Path(first["log_dir"]) / "metrics.csv").is_file()
+    assert first["best_model_path"] == second["best_model_path"] and Path(first["best_model_path"]).is_file()
+
+
+def test_torchrun_processes_join_instead_of_launching(tmp_path: Path) -> None:
+    port = str(find_free_port())
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    command = [*torchrun, "--master-addr", "127.0.0.1", "--master-port", port, str(APP), str(tmp_path)]
+    result = _run(command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _assert_two_ranks_agree(tmp_path)
+
+
+def test_spawn_gives_the_main_process_the_results_and_matches_one_process_with_twice_the_batch(
+    tmp_path: Path,
+) -> None:
+    L.seed_everything(3)
+    two_ranks = RankModel()
+    one_process = copy.deepcopy(two_ranks)
+    spawned = _trainer(tmp_path / "spawn", strategy="ddp_spawn", devices=2)
+    spawned.fit(two_ranks, loader(4))
+    _trainer(tmp_path / "single", devices=1).fit(one_process, loader(8))
+    # Rank r reads samples r, r+2, ...: each step the two ranks' batches of 4 are the single process's batch of 8.
+    # Not bit-exact: the all-reduce averages two means of 4 where one process takes one mean of 8, and float
+    # addition is not associative; after 8 SGD steps the difference stays at rounding level.
+    torch.testing.assert_close(weights(two_ranks), weights(one_process), rtol=0, atol=1e-6)
+    assert weights(two_ranks) != weights(RankModel())
+    assert spawned.state.finished
+    assert {"train_loss", "rank_mean", "rank_local"} <= set(spawned.callback_metrics)
+    assert float(spawned.callback_metrics["rank_mean"]) == 0.5
+    assert float(spawned.callback_metrics["rank_local"]) == 0.0  # rank 0's own value
+    best = Path(spawned.checkpoint_callback.best_model_path)
+    assert best.is_file() and best.name == "epoch=1-step=8.ckpt"
+
+
+def test_checkpoints_move_between_two_ranks_and_one_process(tmp_path: Path) -> None:
+    model = RankModel()
+    # One checkpoint folder for all three runs: a resume from another folder warns that top-k state is dropped.
+    two = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1)
+    two.fit(model, loader(4))
+    from_two = two.checkpoint_callback.best_model_path
+    assert Path(from_two).name == "epoch=0-step=4.ckpt"  # 32 samples / 2 ranks / batch 4
+
+    one = _trainer(tmp_path, devices=1, max_epochs=2)
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        one.fit(RankModel(), loader(4), ckpt_path=from_two)
+    assert (one.current_epoch, one.global_step) == (2, 12)  # resumed after 4 steps, then 8 single-process steps
+    from_one = one.checkpoint_callback.best_model_path
+
+    again = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=3)
+    resumed = RankModel()
+    again.fit(resumed, loader(4), ckpt_path=from_one)
+    final = torch.load(again.checkpoint_callback.best_model_path, weights_only=False)
+    assert (final["epoch"], final["global_step"]) == (2, 16)
+    assert weights(resumed) != weights(one.lightning_module)
+
+
+class SeededRanks(RankModel):
+    """Dropout that draws differently on each rank, so an exact resume needs every rank's generator states."""
+
+    def on_train_start(self) -> None:
+        torch.manual_seed(100 + self.global_rank)
+
+
+def test_exact_mid_epoch_resume_with_two_ranks(tmp_path: Path) -> None:
+    every_two = L.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    uninterrupted = SeededRanks(dropout=0.5)
+    start = copy.deepcopy(uninterrupted)
+    shuffled = loader(4, shuffle=True)
+    _trainer(tmp_path, strategy="ddp_fork", devices=2, callbacks=[every_two]).fit(uninterrupted, shuffled)
+    mid_epoch = tmp_path / "ckpt" / "epoch=1-step=6.ckpt"  # batch 2 of the second epoch's 4
+    assert mid_epoch.is_file()
+
+    resumed = start
+    _trainer(tmp_path / "resume", strategy="ddp_fork", devices=2).fit(resumed, shuffled, ckpt_path=mid_epoch)
+    assert weights(resumed) == weights(uninterrupted)  # bit-exact
+
+
+def _dumps(directory: Path) -> dict[int, Path]:
+    found = {int(p.name.split("-")[2].removeprefix("rank")): p for p in directory.rglob("state-history-rank*.json")}
+    return dict(sorted(found.items()))
+
+
+def test_a_rank_raising_at_a_random_step_ends_every_rank(tmp_path: Path) -> None:
+    step = random.randrange(1, 8)
+    began = time.monotonic()
+    command = [sys.executable, str(APP), str(tmp_path), "--strategy", "ddp", "--fail", f"1:{step}:raise"]
+    result = _run(command, cwd=tmp_path)
+    took = time.monotonic() - began
+    assert result.returncode != 0
+    assert took < ENDS_WITHIN, f"the run took {took:.1f}s to end after rank 1 failed at step {step}"
+    # rank 0 reports which rank failed first and its original error
+    assert f"rank 1 failed first: ValueError: injected failure at step {step}" in result.stderr
+    dumps = _dumps(tmp_path)
+    assert list(dumps) == [0, 1]
+    for rank, path in dumps.items():
+        history = load_history(path).records
+        assert (history[-1].trigger, history[-1].rank) == ("interrupt", rank)
+
+
+def test_a_sigkilled_rank_under_spawn_ends_the_run(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_spawn", devices=2)
+    began = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank 1 failed first: the process was killed by SIGKILL") as info:
+        trainer.fit(RankModel(fail=(1, 3, "kill")), loader(4))
+    assert time.monotonic() - began < ENDS_WITHIN + 15  # plus starting two interpreters
+    assert info.value.rank == 1
+    assert list(_dumps(tmp_path)) == [0]  # the killed rank could not write one
+
+
+# ---- samplers (no processes needed) -------------------------------------------------------------------------
+
+
+def test_distributed_samplers_keep_shuffle_split_predict_without_repeats_and_leave_users_own() -> None:
+    shuffled = samplers.distribute(DataLoader(dataset(), batch_size=4, shuffle=True), "train", 2, 1)
+    assert isinstance(shuffled.sampler, DistributedSampler) and shuffled.sampler.shuffle
+    assert (shuffled.sampler.num_replicas, shuffled.sampler.rank, shuffled.batch_size) == (2, 1, 4)
+    ordered = samplers.distribute({"a": loader(4)}, "val", 2, 0)["a"]
+    assert isinstance(ordered.sampler, DistributedSampler) and not ordered.sampler.shuffle
+    shares = [list(samplers.distribute(loader(3, samples=5), "predict", 2, rank).sampler) for rank in (0, 1)]
+    assert shares == [[0, 2, 4], [1, 3]]
+    own = DataLoader(dataset(), sampler=DistributedSampler(dataset(), 4, 3, shuffle=False))
+    assert samplers.distribute(own, "train", 2, 0) is own
+    custom = DataLoader(dataset(), sampler=list(reversed(range(32))))
+    split = [list(samplers.distribute(custom, "train", 2, rank).sampler) for rank in (0, 1)]
+    assert split == [list(range(31, -1, -2)), list(range(30, -1, -2))]
+    assert isinstance(loader(4).sampler, SequentialSampler) and isinstance(shuffled, DataLoader)
+    assert not isinstance(shuffled.sampler, RandomSampler)
