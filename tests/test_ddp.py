@@ -21,10 +21,12 @@ from ddp_app import RankModel, dataset, loader, weights
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 import statemachine as L
+from devices import environments
 from devices.environments import find_free_port
 from devices.launchers import RankFailedError
 from stages import samplers
 from statemachine.history import load_history
+from statemachine.history import main as history_main
 
 APP = Path(__file__).with_name("ddp_app.py")
 HARD_TIMEOUT = 120  # seconds; a hang fails the test instead of the suite
@@ -219,3 +221,85 @@ def test_distributed_samplers_keep_shuffle_split_predict_without_repeats_and_lea
     assert split == [list(range(31, -1, -2)), list(range(30, -1, -2))]
     assert isinstance(loader(4).sampler, SequentialSampler) and isinstance(shuffled, DataLoader)
     assert not isinstance(shuffled.sampler, RandomSampler)
+
+
+# ---- history diff across ranks ------------------------------------------------------------------------------
+
+
+def test_history_diff_reports_the_first_transition_where_two_dumps_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = []
+    for epochs in (1, 2):
+        trainer = _trainer(tmp_path / str(epochs), max_epochs=epochs, enable_checkpointing=False)
+        trainer.fit(RankModel(), loader(16))
+        paths.append(trainer.dump_history(tmp_path / f"history-{epochs}.json"))
+    assert history_main(["diff", paths[0], paths[0]]) == 0
+    assert "same transitions" in capsys.readouterr().out
+    assert history_main(["diff", *paths]) == 1
+    report = capsys.readouterr().out
+    # one epoch stops after the first epoch; two epochs take epoch_end there instead
+    assert "first difference" in report
+    assert "'stop' in fitting.training -> stop: fitting.training -> finished (epoch 1, step 2)" in report
+    assert "'epoch_end' in fitting.training -> epoch_end: fitting.training -> fitting.training" in report
+
+
+# ---- cluster environments (read from variables; nothing is launched) ------------------------------------------
+
+
+def test_torchrun_variables_are_recognised_and_read() -> None:
+    env = {"RANK": "3", "GROUP_RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
+    found = environments.detect(env)
+    assert isinstance(found, environments.TorchElasticEnvironment) and found.creates_processes_externally
+    assert (found.global_rank(), found.local_rank(), found.node_rank(), found.world_size()) == (3, 1, 1, 4)
+    assert (found.main_address, found.main_port) == ("127.0.0.1", 29400)
+
+
+def test_slurm_variables_give_ranks_the_first_node_and_a_port_from_the_job_id() -> None:
+    env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "2",
+        "SLURM_JOB_ID": "1234567",
+        "SLURM_NODELIST": "gpu[003-005,010],cpu1",
+        "SLURM_JOB_NAME": "train",
+    }
+    found = environments.detect(env)
+    assert isinstance(found, environments.SLURMEnvironment) and found.creates_processes_externally
+    assert (found.global_rank(), found.local_rank(), found.node_rank(), found.world_size()) == (5, 1, 2, 8)
+    assert found.main_address == "gpu003"
+    assert found.main_port == 15000 + 4567  # every task derives the same port without talking
+    # an interactive allocation (salloc, then python) is a plain local run
+    assert isinstance(environments.detect(env | {"SLURM_JOB_NAME": "bash"}), environments.LightningEnvironment)
+    assert environments.first_hostname("node7") == "node7"
+
+
+def test_a_plain_run_is_local_and_a_relaunched_child_joins() -> None:
+    plain = environments.detect({})
+    assert isinstance(plain, environments.LightningEnvironment) and not plain.creates_processes_externally
+    assert plain.main_address == "127.0.0.1"
+    child = environments.detect({environments.LAUNCHED_MARKER: "1", "LOCAL_RANK": "1", "RANK": "1"})
+    assert child.creates_processes_externally and (child.local_rank(), child.global_rank()) == (1, 1)
+    with pytest.raises(ValueError, match="LOCAL_RANK='x' must be an integer"):
+        environments.LightningEnvironment({"LOCAL_RANK": "x"}).local_rank()
+
+
+def test_a_strategy_refuses_a_world_the_launcher_did_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    strategy = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False).strategy
+    assert strategy.launcher is None  # torchrun started the processes
+    with pytest.raises(ValueError, match="started 3 processes, but the Trainer asks for devices=2"):
+        strategy.setup_environment()
+
+
+def test_one_process_collectives_are_identities() -> None:
+    strategy = L.Trainer(accelerator="cpu", devices=1, logger=False).strategy
+    assert strategy.reduce_boolean_decision(True, all=True) and not strategy.reduce_boolean_decision(False, all=False)
+    assert strategy.check_same("fit: idle -> fitting.setup") is None
+    assert strategy.all_gather_object({"a": 1}) == [{"a": 1}]
+    value = torch.tensor([1.0, 2.0])
+    assert strategy.all_gather(value) is value and strategy.reduce(value, reduce_op="sum") is value
