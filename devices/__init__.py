@@ -8,6 +8,7 @@ from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
 from devices.checkpoint_io import CorruptCheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from devices.connector import connect
 from devices.ddp import DDPStrategy
+from devices.environments import ClusterEnvironment, LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from devices.precision import Precision, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 from devices.transfer import move_optimizer_state, move_to_device
@@ -16,8 +17,12 @@ __all__ = [
     "Accelerator",
     "CPUAccelerator",
     "CUDAAccelerator",
+    "ClusterEnvironment",
     "CorruptCheckpointError",
     "DDPStrategy",
+    "LightningEnvironment",
+    "SLURMEnvironment",
+    "TorchElasticEnvironment",
     "Precision",
     "SingleDeviceStrategy",
     "Strategy",

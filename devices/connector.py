@@ -37,13 +37,14 @@ def connect(
     strategy: str | Strategy = "auto",
     precision: Any = None,
     num_nodes: int = 1,
+    cluster_environment: ClusterEnvironment | None = None,
 ) -> Strategy:
     """Validate every flag, then build the strategy.
 
     All problems are reported together in one ValueError, each naming its value and what is allowed.
     """
     problems: list[str] = []
-    environment = detect()
+    environment = detect() if cluster_environment is None else cluster_environment
     chosen = _collect(problems, _resolve_accelerator, accelerator)
     if chosen is not None:
         devices = _devices_from_environment(devices, environment)
@@ -64,7 +65,11 @@ def connect(
     if ddp is None and multi:
         ddp = DDPStrategy(start_method="popen")  # Lightning's choice for several processes under "auto"
     if ddp is None:
-        return SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
+        single = SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
+        single.cluster_environment = environment
+        return single
+    if ddp.cluster_environment is None:
+        ddp.cluster_environment = environment
     ddp.num_nodes = num_nodes
     ddp.finish_setup(chosen, [chosen.device_for(index) for index in device_indices], plugin)
     return ddp

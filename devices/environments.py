@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -148,11 +149,23 @@ class TorchElasticEnvironment(ClusterEnvironment):
 
 
 class SLURMEnvironment(ClusterEnvironment):
-    """Tasks started by SLURM (`srun`): ranks from SLURM's variables, the first node of the job as the address."""
+    """Tasks started by SLURM (`srun`): ranks from SLURM's variables, the first node of the job as the address.
 
-    def __init__(self, env: Mapping[str, str] | None = None, requeue_signal: int | None = None) -> None:
+    With `auto_requeue` (the default), `requeue_signal` (SIGUSR1; send it with `#SBATCH --signal=SIGUSR1@90`)
+    saves `hpc_ckpt_<n>.ckpt` and requeues the job; `ckpt_path="hpc"` resumes from the newest one.
+    """
+
+    def __init__(
+        self,
+        auto_requeue: bool = True,
+        requeue_signal: signal.Signals | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(env)
-        self.requeue_signal = requeue_signal
+        if requeue_signal is not None and not isinstance(requeue_signal, int):
+            raise ValueError(f"requeue_signal={requeue_signal!r} must be a signal.Signals value such as SIGUSR1")
+        self.auto_requeue = auto_requeue
+        self.requeue_signal = signal.SIGUSR1 if requeue_signal is None else signal.Signals(requeue_signal)
 
     @staticmethod
     def detect(env: Mapping[str, str] | None = None) -> bool:
@@ -218,7 +231,7 @@ def detect(env: Mapping[str, str] | None = None) -> ClusterEnvironment:
     if TorchElasticEnvironment.detect(env):
         return TorchElasticEnvironment(env)
     if SLURMEnvironment.detect(env):
-        return SLURMEnvironment(env)
+        return SLURMEnvironment(env=env)
     return LightningEnvironment(env)
 
 

@@ -28,6 +28,7 @@ class Strategy(ABC):
     # Whether the run spans several processes that split the data (then loaders get distributed samplers).
     is_distributed: bool = False
     launcher: Any = None
+    cluster_environment: Any = None  # the ClusterEnvironment this process runs under
 
     def __init__(self, accelerator: Accelerator, precision: Precision) -> None:
         self.accelerator = accelerator

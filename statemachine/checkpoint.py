@@ -14,6 +14,7 @@ import fsspec
 from devices.checkpoint_io import CorruptCheckpointError
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.exceptions import MisconfigurationException
+from statemachine import requeue
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
@@ -113,6 +114,8 @@ def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
     run = trainer._run
     fn = run.fn.value
+    if ckpt_path is None:
+        ckpt_path = requeue.auto_resume(trainer)
     if ckpt_path is None and run.model_passed:
         return None
     if ckpt_path is None:
@@ -126,7 +129,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
     if ckpt_path == "last":
         return _last_path(trainer, fn)
     if ckpt_path == "hpc":
-        raise ValueError(f'.{fn}(ckpt_path="hpc") needs a SLURM hpc checkpoint; none is supported or found')
+        return requeue.resume_path(trainer, fn)
     if ckpt_path.startswith("registry"):
         raise ValueError(f".{fn}(ckpt_path={ckpt_path!r}): the model registry is not supported")
     if not ckpt_path:

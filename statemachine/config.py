@@ -181,7 +181,23 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"deterministic={value!r} must be None, True, False or 'warn'")
         return value
 
-    @field_validator("profiler", "plugins", "model_registry")
+    @field_validator("plugins")
+    @classmethod
+    def _plugins(cls, value: Any) -> Any:
+        from devices.environments import ClusterEnvironment
+
+        given = value if isinstance(value, list | tuple) else [] if value is None else [value]
+        others = [item for item in given if not isinstance(item, ClusterEnvironment)]
+        if others:
+            raise ValueError(
+                f"plugins={value!r} is not supported yet: only cluster environments (such as SLURMEnvironment) are"
+                " accepted"
+            )
+        if len(given) > 1:
+            raise ValueError(f"plugins={value!r} names {len(given)} cluster environments; give at most one")
+        return value
+
+    @field_validator("profiler", "model_registry")
     @classmethod
     def _not_built(cls, value: Any, info: Any) -> Any:
         if value is not None:

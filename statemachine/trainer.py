@@ -714,6 +714,7 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
             strategy=arguments["strategy"],
             precision=arguments["precision"],
             num_nodes=arguments["num_nodes"],
+            cluster_environment=_cluster_environment(arguments["plugins"]),
         )
     except ValueError as error:
         problems += [f"  {line.strip()}" for line in str(error).splitlines() if line.strip()]
@@ -725,6 +726,11 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
     if problems:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy
+
+
+def _cluster_environment(plugins: Any) -> Any:
+    given = plugins if isinstance(plugins, list | tuple) else [plugins]
+    return next((item for item in given if isinstance(item, devices.ClusterEnvironment)), None)
 
 
 def _replaced_by(callback: Callback, others: list[Callback]) -> bool:

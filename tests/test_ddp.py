@@ -9,6 +9,7 @@ import copy
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -303,3 +304,48 @@ def test_one_process_collectives_are_identities() -> None:
     assert strategy.all_gather_object({"a": 1}) == [{"a": 1}]
     value = torch.tensor([1.0, 2.0])
     assert strategy.all_gather(value) is value and strategy.reduce(value, reduce_op="sum") is value
+
+
+# ---- SLURM auto-requeue -------------------------------------------------------------------------------------
+
+
+class RequeuedModel(RankModel):
+    """SLURM sends the requeue signal after the second optimizer step."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_step == 2 and not getattr(self, "signalled", False):
+            self.signalled = True
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+class StartStep(RankModel):
+    def on_train_start(self) -> None:
+        self.start_step = self.global_step
+
+
+def test_slurm_requeue_signal_saves_an_hpc_checkpoint_requeues_and_the_next_run_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slurm = {"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    slurm |= {"SLURM_JOB_ID": "4242", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_NAME": "train"}
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    stand_in = tmp_path / "bin" / "scontrol"  # records its arguments instead of talking to SLURM
+    stand_in.parent.mkdir()
+    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}")
+    root = tmp_path / "run"
+
+    first = _trainer(root, max_epochs=1, enable_checkpointing=False)
+    with pytest.raises(ValueError, match=r'ckpt_path="hpc"\) is set but no hpc_ckpt_<n>.ckpt was found'):
+        first.fit(RankModel(), loader(4), ckpt_path="hpc")
+    first.fit(RequeuedModel(), loader(4))
+    assert (tmp_path / "scontrol.calls").read_text() == "requeue 4242\n"
+    saved = torch.load(root / "hpc_ckpt_1.ckpt", weights_only=False)
+    assert saved["global_step"] == 2
+
+    requeued = _trainer(root, max_epochs=1, enable_checkpointing=False)
+    resumed = StartStep()
+    requeued.fit(resumed, loader(4))  # ckpt_path=None under SLURM with an hpc checkpoint: resume from it
+    assert resumed.start_step == 2 and requeued.global_step == 8
