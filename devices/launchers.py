@@ -10,6 +10,7 @@ A process started by torchrun or SLURM gets no launcher: it is already one of th
 from __future__ import annotations
 
 import atexit
+import ctypes
 import io
 import logging
 import multiprocessing
@@ -36,6 +37,7 @@ _log = logging.getLogger(__name__)
 
 # After the first rank fails, the others get this long to run their interrupt path and exit before being killed.
 EXIT_GRACE_SECONDS = 30.0
+_PR_SET_PDEATHSIG = 1
 
 
 class RankFailedError(RuntimeError):
@@ -211,6 +213,7 @@ class MultiprocessingLauncher:
 
 
 def _worker(local_rank: int, strategy: DDPStrategy, function: Callable[..., Any], args: tuple, queue: Any) -> None:
+    _stop_with_parent()
     if strategy.start_method == "fork":
         # A forked child inherits the parent's OpenMP pool in a broken state: its first parallel region hangs
         # if the parent computed anything before. One intra-op thread per rank never enters such a region.
@@ -230,6 +233,15 @@ def _worker(local_rank: int, strategy: DDPStrategy, function: Callable[..., Any]
         queue.put(("result", buffer.getvalue()))
     if strategy.watch is not None:
         strategy.watch.stop()
+
+
+def _stop_with_parent() -> None:
+    """A rank whose launching process died gets SIGTERM (the trainer stops at the next batch boundary) instead
+    of training on as an orphan. Linux only; elsewhere the launcher's exit handling is all there is."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _read_failure(store: Any) -> tuple[int, str] | None:

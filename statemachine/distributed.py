@@ -3,6 +3,7 @@ set, peers' failures watched, and, under spawn/fork launchers, rank 0's results 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,26 @@ class WorkerOutput:
     checkpoint: dict[str, Any] = field(default_factory=dict)
     results: list[dict[str, float]] = field(default_factory=list)
     predictions: Any = None
+
+
+# Debug switch: every transition checks that all ranks took the same edge (one small collective per transition).
+CHECK_RANKS_VARIABLE = "STATEMACHINE_CHECK_RANKS"
+
+
+class RankDivergenceError(RuntimeError):
+    """Ranks took different transitions: the run would otherwise hang in mismatched collectives."""
+
+
+def checking_ranks() -> bool:
+    return os.environ.get(CHECK_RANKS_VARIABLE, "") not in ("", "0")
+
+
+def check_same_edge(trainer: Trainer, edge: str) -> None:
+    """Raise RankDivergenceError naming each rank's edge when the ranks did not all take `edge`."""
+    found = trainer.strategy.check_same(edge)
+    if found is not None:
+        lines = "\n".join(f"  rank {rank}: {taken}" for rank, taken in enumerate(found))
+        raise RankDivergenceError(f"ranks took different transitions ({CHECK_RANKS_VARIABLE}=1):\n{lines}")
 
 
 def spawns(trainer: Trainer) -> bool:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from transitions.core import MachineError
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
+from statemachine import distributed
 from statemachine.actions import ACTIONS
 from statemachine.coverage import COVERAGE, TransitionCoverage
 from statemachine.guards import GUARDS
@@ -50,6 +51,7 @@ class Flow:
         self._coverage = coverage
         self._record: TransitionRecord | None = None
         self._taken: TransitionSpec | None = None
+        self.check_ranks = distributed.checking_ranks()
         _Machine(
             model=self,
             states=_nested_states(table),
@@ -143,6 +145,9 @@ class _Taken:
         self.flow._taken = self.spec
         self.flow._record.transition = self.spec.key
         self.flow._coverage.record_transition(self.spec.key)
+        # A failure is one rank's own path; every other edge must be the same on all ranks.
+        if self.flow.check_ranks and self.spec.trigger != "interrupt":
+            distributed.check_same_edge(self.flow.trainer, self.spec.key)
 
 
 class _Callback:

@@ -26,6 +26,7 @@ from devices import environments
 from devices.environments import find_free_port
 from devices.launchers import RankFailedError
 from stages import samplers
+from statemachine.distributed import CHECK_RANKS_VARIABLE
 from statemachine.history import load_history
 from statemachine.history import main as history_main
 
@@ -349,3 +350,62 @@ def test_slurm_requeue_signal_saves_an_hpc_checkpoint_requeues_and_the_next_run_
     resumed = StartStep()
     requeued.fit(resumed, loader(4))  # ckpt_path=None under SLURM with an hpc checkpoint: resume from it
     assert resumed.start_step == 2 and requeued.global_step == 8
+
+
+# ---- collectives across two real ranks ------------------------------------------------------------------------
+
+
+def _agree(strategy: Any) -> dict[str, Any]:
+    rank = strategy.global_rank
+    return {
+        "any": strategy.reduce_boolean_decision(rank == 1, all=False),
+        "all": strategy.reduce_boolean_decision(rank == 1, all=True),
+        "same": strategy.check_same("fit: idle -> fitting.setup"),
+        "differ": strategy.check_same(f"edge taken by rank {rank}"),
+        "broadcast": strategy.broadcast(f"from rank {rank}", src=1),
+        "objects": strategy.all_gather_object(rank * 10),
+        "sum": strategy.reduce(torch.tensor(rank + 1.0), reduce_op="sum").item(),
+        "uneven_max": strategy.reduce(torch.tensor(rank * 3), reduce_op="max").item(),
+    }
+
+
+def test_decisions_and_checks_agree_across_two_ranks() -> None:
+    strategy = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", logger=False).strategy
+    result = strategy.launcher.launch(_agree, strategy)
+    assert result == {
+        "any": True,
+        "all": False,
+        "same": None,
+        "differ": ["edge taken by rank 0", "edge taken by rank 1"],
+        "broadcast": "from rank 1",
+        "objects": [0, 10],
+        "sum": 3.0,
+        "uneven_max": 3,
+    }
+
+
+class SkipsSanityOnRankOne(RankModel):
+    def setup(self, stage: str) -> None:
+        if self.global_rank == 1:
+            self.trainer.num_sanity_val_steps = 0
+
+
+def test_check_ranks_switch_names_each_ranks_edge_when_ranks_diverge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHECK_RANKS_VARIABLE, "1")
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, num_sanity_val_steps=2)
+    with pytest.raises(RankFailedError) as info:
+        trainer.fit(SkipsSanityOnRankOne(), loader(4), loader(4))
+    message = str(info.value)
+    assert "RankDivergenceError: ranks took different transitions" in message
+    assert "rank 0: begin: fitting.setup -> fitting.sanity_checking" in message
+    assert "rank 1: begin: fitting.setup -> fitting.training" in message
+
+
+def test_sync_batchnorm_converts_under_ddp_and_is_refused_for_one_process() -> None:
+    strategy = L.Trainer(accelerator="cpu", devices=1, strategy="ddp", sync_batchnorm=True, logger=False).strategy
+    module = strategy.setup_module(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
+    assert isinstance(module[1], torch.nn.SyncBatchNorm)
+    with pytest.raises(L.MisconfigurationException, match="sync_batchnorm=True needs a multi-process strategy"):
+        L.Trainer(accelerator="cpu", devices=1, sync_batchnorm=True)
