@@ -134,8 +134,9 @@ def _resolve_strategy(value: Any) -> DDPStrategy | None:
         return None
     if name in _DDP_NAMES:
         method, find_unused = _DDP_NAMES[name]
-        options = {"find_unused_parameters": True} if find_unused else {}
-        return DDPStrategy(start_method=method, **options)
+        if find_unused:
+            return DDPStrategy(start_method=method, find_unused_parameters=True)
+        return DDPStrategy(start_method=method)
     if name.startswith(_UNSUPPORTED_PREFIXES):
         raise ValueError(f"strategy={value!r} is a Lightning strategy this project does not support; {allowed}")
     raise ValueError(f"strategy={value!r} is not a known strategy; {allowed}")

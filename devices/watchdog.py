@@ -119,15 +119,16 @@ class PeerWatch:
                 for rank, reason in self.dead_children():
                     self.report(rank, reason)
                     break
-            if self.read() is None or self.failure[0] == self.rank:
+            failure = self.read()
+            if failure is None or failure[0] == self.rank:
                 continue
             if self.armed and not self.handling() and not self._main_is_blocked():
                 self.armed = False
-                _log.error("rank %d: stopping because rank %d failed: %s", self.rank, *self.failure)
+                _log.error("rank %d: stopping because rank %d failed: %s", self.rank, *failure)
                 _raise_in_main(self._main)
 
     def _main_is_blocked(self) -> bool:
-        frame = sys._current_frames().get(self._main)
+        frame = None if self._main is None else sys._current_frames().get(self._main)
         if frame is None:
             return True
         filename = frame.f_code.co_filename.replace("\\", "/")

@@ -27,8 +27,8 @@ def distribute(loaders: Any, kind: str, world_size: int, rank: int, shuffle: boo
     """`loaders` (one, or a list/tuple/dict of them) with a distributed sampler on each DataLoader; a training
     loader that shuffled keeps shuffling unless `shuffle` is False."""
     if isinstance(loaders, Mapping):
-        items = loaders.items()
-        return type(loaders)({key: distribute(value, kind, world_size, rank, shuffle) for key, value in items})
+        rebuilt = {key: distribute(value, kind, world_size, rank, shuffle) for key, value in loaders.items()}
+        return type(loaders)(rebuilt) if isinstance(loaders, dict) else rebuilt
     if isinstance(loaders, list | tuple):
         return type(loaders)(distribute(value, kind, world_size, rank, shuffle) for value in loaders)
     if not isinstance(loaders, DataLoader) or isinstance(loaders.dataset, IterableDataset):
@@ -44,12 +44,12 @@ def distribute(loaders: Any, kind: str, world_size: int, rank: int, shuffle: boo
         )
     seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
     if kind == "predict":
-        replacement: Sampler[int] = _UnrepeatedSampler(len(loaders.dataset), world_size, rank)
+        replacement: Sampler[int] = _UnrepeatedSampler(len(loaders.dataset), world_size, rank)  # type: ignore[arg-type]
     elif isinstance(sampler, RandomSampler | SequentialSampler):
         shuffles = shuffle and isinstance(sampler, RandomSampler) and kind == "train"
         replacement = DistributedSampler(loaders.dataset, world_size, rank, shuffle=shuffles, seed=seed)
     else:
-        replacement = _DistributedWrapper(sampler, world_size, rank)
+        replacement = _DistributedWrapper(sampler, world_size, rank)  # type: ignore[arg-type]
     return rebuild(loaders, replacement)
 
 

@@ -41,7 +41,8 @@ def newest_hpc_checkpoint(root: str) -> str | None:
 
 def next_hpc_path(root: str) -> str:
     newest = newest_hpc_checkpoint(root)
-    number = 0 if newest is None else int(_HPC.search(newest).group(1))
+    found = None if newest is None else _HPC.search(newest)
+    number = 0 if found is None else int(found.group(1))
     return os.path.join(root, f"hpc_ckpt_{number + 1}.ckpt")
 
 
