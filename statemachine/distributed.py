@@ -31,6 +31,7 @@ class WorkerOutput:
     checkpoint: dict[str, Any] = field(default_factory=dict)
     results: list[dict[str, float]] = field(default_factory=list)
     predictions: Any = None
+    history: Any = None  # rank 0's History: this process's records before the launch, then the run's
 
 
 # Debug switch: every transition checks that all ranks took the same edge (one small collective per transition).
@@ -132,6 +133,7 @@ def _drive_in_worker(trainer: Trainer, trigger: str) -> WorkerOutput | None:
         checkpoint=saved,
         results=run_context.results if run_context is not None else [],
         predictions=run_context.predictions if run_context is not None else None,
+        history=trainer._flow.history,
     )
 
 
@@ -164,3 +166,4 @@ def _apply(trainer: Trainer, output: WorkerOutput) -> None:
         run_context.results = output.results
         run_context.predictions = output.predictions
     trainer._flow.machine_state = output.state
+    trainer._flow.history = output.history

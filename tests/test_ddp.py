@@ -123,6 +123,7 @@ def test_spawn_gives_the_main_process_the_results_and_matches_one_process_with_t
     torch.testing.assert_close(weights(two_ranks), weights(one_process), rtol=0, atol=1e-6)
     assert weights(two_ranks) != weights(RankModel())
     assert spawned.state.finished
+    assert [r.trigger for r in spawned.history][:2] == ["fit", "begin"] and spawned.history[-1].dest == "finished"
     assert {"train_loss", "rank_mean", "rank_local"} <= set(spawned.callback_metrics)
     assert float(spawned.callback_metrics["rank_mean"]) == 0.5
     assert float(spawned.callback_metrics["rank_local"]) == 0.0  # rank 0's own value
@@ -409,3 +410,35 @@ def test_sync_batchnorm_converts_under_ddp_and_is_refused_for_one_process() -> N
     assert isinstance(module[1], torch.nn.SyncBatchNorm)
     with pytest.raises(L.MisconfigurationException, match="sync_batchnorm=True needs a multi-process strategy"):
         L.Trainer(accelerator="cpu", devices=1, sync_batchnorm=True)
+
+
+class RecordsIndices(RankModel):
+    """Writes, per rank, the sample indices each epoch trained on."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.seen: dict[int, list[int]] = {}
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen.setdefault(self.current_epoch, []).extend(batch[2].tolist())
+        return super().training_step(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(self.seen))
+
+
+@pytest.mark.parametrize("use_distributed_sampler", [True, False])
+def test_each_rank_reads_its_share_reshuffled_every_epoch_unless_switched_off(
+    tmp_path: Path, use_distributed_sampler: bool
+) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, use_distributed_sampler=use_distributed_sampler)
+    trainer.fit(RecordsIndices(tmp_path), loader(4, shuffle=True))
+    first, second = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    for epoch in ("0", "1"):
+        if use_distributed_sampler:
+            assert sorted(first[epoch] + second[epoch]) == list(range(32))  # disjoint halves, together all
+        else:
+            assert sorted(first[epoch]) == sorted(second[epoch]) == list(range(32))  # loaders untouched
+    if use_distributed_sampler:
+        assert first["0"] != first["1"]  # set_epoch: a new order each epoch
