@@ -7,6 +7,8 @@ from devices import checkpoint_io
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
 from devices.checkpoint_io import CorruptCheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from devices.connector import connect
+from devices.ddp import DDPStrategy
+from devices.environments import ClusterEnvironment, LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from devices.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision, StepClosure, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 from devices.transfer import move_optimizer_state, move_to_device
@@ -15,10 +17,15 @@ __all__ = [
     "Accelerator",
     "CPUAccelerator",
     "CUDAAccelerator",
+    "ClusterEnvironment",
     "CorruptCheckpointError",
     "DoublePrecision",
     "HalfPrecision",
     "MixedPrecision",
+    "DDPStrategy",
+    "LightningEnvironment",
+    "SLURMEnvironment",
+    "TorchElasticEnvironment",
     "Precision",
     "SingleDeviceStrategy",
     "StepClosure",

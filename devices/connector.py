@@ -6,42 +6,84 @@ from collections.abc import Callable
 from typing import Any
 
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
+from devices.ddp import DDPStrategy
+from devices.environments import ClusterEnvironment, LightningEnvironment, detect
 from devices.precision import MixedPrecision, Precision, canonical_precision, resolve_precision
-from devices.strategy import SingleDeviceStrategy
+from devices.strategy import SingleDeviceStrategy, Strategy
 
 _ACCELERATORS: dict[str, type[Accelerator]] = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator}
 _ACCELERATOR_ALIASES = {"gpu": "cuda"}
 _ACCELERATORS_NOT_YET = ("mps", "tpu")
 _ALLOWED_ACCELERATORS = "'auto', 'cpu', 'cuda', 'gpu' (alias of 'cuda') or an Accelerator instance"
 
-_STRATEGIES = ("auto", "single_device")
-# Lightning's registered multi-process strategy names start with one of these.
-_MULTI_PROCESS_PREFIXES = ("ddp", "fsdp", "deepspeed", "xla")
+# Lightning's DDP strategy names: the launch method, and whether DDP looks for unused parameters.
+_DDP_NAMES: dict[str, tuple[str, bool]] = {
+    "ddp": ("popen", False),
+    "ddp_spawn": ("spawn", False),
+    "ddp_fork": ("fork", False),
+    "ddp_notebook": ("fork", False),
+}
+for _name, (_method, _) in list(_DDP_NAMES.items()):
+    _DDP_NAMES[f"{_name}_find_unused_parameters_true"] = (_method, True)
+    _DDP_NAMES[f"{_name}_find_unused_parameters_false"] = (_method, False)
+_STRATEGIES = ("auto", "single_device", *_DDP_NAMES)
+# Lightning's other multi-process strategies, which this project does not run.
+_UNSUPPORTED_PREFIXES = ("fsdp", "deepspeed", "xla", "ddp_")
 
 
 def connect(
     accelerator: str | Accelerator = "auto",
     devices: Any = "auto",
-    strategy: str = "auto",
+    strategy: str | Strategy = "auto",
     precision: Any = None,
     num_nodes: int = 1,
     plugins: Any = None,
-) -> SingleDeviceStrategy:
+) -> Strategy:
     """Validate every flag, then build the strategy.
 
     All problems are reported together in one ValueError, each naming its value and what is allowed.
     """
     problems: list[str] = []
+    given_environment = _collect(problems, _cluster_environment, plugins)
+    environment = detect() if given_environment is None else given_environment
     chosen = _collect(problems, _resolve_accelerator, accelerator)
-    device_indices = _collect(problems, _resolve_devices, chosen, devices) if chosen is not None else None
-    _collect(problems, _check_strategy, strategy)
+    if chosen is not None:
+        devices = _devices_from_environment(devices, environment)
+    device_indices = _collect(problems, chosen.parse_devices, devices) if chosen is not None else None
+    ddp = _collect(problems, _resolve_strategy, strategy)
     _collect(problems, _check_num_nodes, num_nodes)
     # With other flags already wrong, only check the precision: building it may warn about a run that won't happen.
     plugin = _collect(problems, _resolve_precision, precision, plugins, None if problems else chosen)
+    multi = num_nodes != 1 or (device_indices is not None and len(device_indices) > 1)
+    multi = multi or (environment.creates_processes_externally and environment.world_size() > 1)
+    if isinstance(strategy, str) and strategy.strip().lower() == "single_device" and multi:
+        problems.append(
+            f"strategy='single_device' runs one process, but devices={devices!r} with num_nodes={num_nodes!r} asks "
+            "for several; use strategy='ddp' (or 'ddp_spawn') or devices=1"
+        )
     if problems:
         raise ValueError(problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems))
     assert chosen is not None and device_indices is not None and isinstance(plugin, Precision)
-    return SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
+    if ddp is None and multi:
+        ddp = DDPStrategy(start_method="popen")  # Lightning's choice for several processes under "auto"
+    if ddp is None:
+        single = SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
+        single.cluster_environment = environment
+        return single
+    if ddp.cluster_environment is None:
+        ddp.cluster_environment = environment
+    ddp.num_nodes = num_nodes
+    ddp.finish_setup(chosen, [chosen.device_for(index) for index in device_indices], plugin)
+    return ddp
+
+
+def _devices_from_environment(devices: Any, environment: ClusterEnvironment) -> Any:
+    """Under torchrun or SLURM, `devices="auto"` means the processes the launcher started on this node."""
+    if devices != "auto" or isinstance(environment, LightningEnvironment):
+        return devices
+    env = environment.env
+    per_node = env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    return int(per_node) if per_node and per_node.isdigit() else devices
 
 
 def _collect(problems: list[str], check: Callable[..., Any], *args: Any) -> Any:
@@ -75,15 +117,27 @@ def _resolve_precision(value: Any, plugins: Any, accelerator: Accelerator | None
     return given
 
 
-def _precision_plugin(plugins: Any) -> Precision | None:
+def _plugin_list(plugins: Any) -> list[Any]:
     if plugins is None:
-        return None
-    items = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        return []
+    return list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+
+
+def _cluster_environment(plugins: Any) -> ClusterEnvironment | None:
+    """A cluster environment given in `plugins` (e.g. SLURMEnvironment with its requeue signal)."""
+    found = [item for item in _plugin_list(plugins) if isinstance(item, ClusterEnvironment)]
+    if len(found) > 1:
+        raise ValueError(f"plugins={plugins!r} holds {len(found)} cluster environments; give at most one")
+    return found[0] if found else None
+
+
+def _precision_plugin(plugins: Any) -> Precision | None:
+    items = [item for item in _plugin_list(plugins) if not isinstance(item, ClusterEnvironment)]
     others = [item for item in items if not isinstance(item, Precision)]
     if others:
         raise ValueError(
-            f"plugins={plugins!r}: {others!r} is not supported yet; plugins accepts precision plugins only "
-            "(Precision, MixedPrecision, HalfPrecision, DoublePrecision)"
+            f"plugins={plugins!r}: {others!r} is not supported yet; plugins accepts precision plugins "
+            "(Precision, MixedPrecision, HalfPrecision, DoublePrecision) and cluster environments"
         )
     if len(items) > 1:
         raise ValueError(f"plugins={plugins!r} holds {len(items)} precision plugins; give at most one")
@@ -115,40 +169,31 @@ def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
     return kind()
 
 
-def _resolve_devices(accelerator: Accelerator, devices: Any) -> list[int]:
-    indices = accelerator.parse_devices(devices)
-    if len(indices) > 1:
-        unit = "processes" if isinstance(accelerator, CPUAccelerator) else "devices"
+def _resolve_strategy(value: Any) -> DDPStrategy | None:
+    """A DDP strategy for DDP names and instances; None for the single-device choices."""
+    if isinstance(value, DDPStrategy):
+        return value
+    if isinstance(value, SingleDeviceStrategy):
         raise ValueError(
-            f"devices={devices!r} asks for {len(indices)} {unit} on {accelerator.name!r}, which needs a "
-            "multi-process strategy; multi-process strategies are not supported yet: use devices=1 "
-            + ("" if isinstance(accelerator, CPUAccelerator) else "or one index such as [0] ")
-            + "for a single device"
+            f"strategy={value!r}: pass strategy='single_device' (or 'auto'); a SingleDeviceStrategy instance is "
+            "built by the Trainer from accelerator and devices"
         )
-    return indices
-
-
-def _check_strategy(value: Any) -> None:
+    allowed = f"use one of {list(_STRATEGIES)} or a DDPStrategy instance"
     if not isinstance(value, str):
-        raise ValueError(
-            f"strategy={value!r} is not valid; use one of {list(_STRATEGIES)} (strategy objects are not supported yet)"
-        )
+        raise ValueError(f"strategy={value!r} is not valid; {allowed}")
     name = value.strip().lower()
-    if name in _STRATEGIES:
-        return
-    if name.startswith(_MULTI_PROCESS_PREFIXES):
-        raise ValueError(
-            f"strategy={value!r} is a multi-process strategy; multi-process strategies are not supported "
-            f"yet: use one of {list(_STRATEGIES)}"
-        )
-    raise ValueError(f"strategy={value!r} is not a known strategy; use one of {list(_STRATEGIES)}")
+    if name in ("auto", "single_device"):
+        return None
+    if name in _DDP_NAMES:
+        method, find_unused = _DDP_NAMES[name]
+        if find_unused:
+            return DDPStrategy(start_method=method, find_unused_parameters=True)
+        return DDPStrategy(start_method=method)
+    if name.startswith(_UNSUPPORTED_PREFIXES):
+        raise ValueError(f"strategy={value!r} is a Lightning strategy this project does not support; {allowed}")
+    raise ValueError(f"strategy={value!r} is not a known strategy; {allowed}")
 
 
 def _check_num_nodes(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"num_nodes={value!r} is not valid; use an int >= 1 (only 1 is supported now)")
-    if value != 1:
-        raise ValueError(
-            f"num_nodes={value!r} needs a multi-process strategy; multi-process strategies are not "
-            "supported yet: use num_nodes=1"
-        )
+        raise ValueError(f"num_nodes={value!r} is not valid; use an int >= 1")

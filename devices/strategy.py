@@ -27,6 +27,11 @@ _CPU = torch.device("cpu")
 class Strategy(ABC):
     """What every strategy offers the trainer; subclasses decide the process layout."""
 
+    # Whether the run spans several processes that split the data (then loaders get distributed samplers).
+    is_distributed: bool = False
+    launcher: Any = None
+    cluster_environment: Any = None  # the ClusterEnvironment this process runs under
+
     def __init__(self, accelerator: Accelerator, precision: Precision) -> None:
         self.accelerator = accelerator
         self.precision = precision
@@ -84,6 +89,10 @@ class Strategy(ABC):
     @abstractmethod
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Agree on a stop/save decision: every process (`all`) or any process must want it."""
+
+    @abstractmethod
+    def check_same(self, value: str) -> list[str] | None:
+        """Every process's `value` (index = global rank) when they differ; None when all hold the same one."""
 
     def setup_environment(self) -> None:
         """Prepare the device for this process; call once before the module moves."""
@@ -148,6 +157,14 @@ class Strategy(ABC):
             checkpoint_io.remove_checkpoint(path, storage_options)
 
     @abstractmethod
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every process's picklable `obj`, indexed by global rank."""
+
+    @abstractmethod
+    def on_failure(self, exception: BaseException) -> None:
+        """Called first when this process's run fails, before any hook: tell the other processes."""
+
+    @abstractmethod
     def on_exception(self, exception: BaseException) -> None:
         """Called by the trainer's interrupt sequence, before teardown, to release collective resources."""
 
@@ -205,7 +222,16 @@ class SingleDeviceStrategy(Strategy):
         return tensor
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        return decision
+        return bool(decision)
+
+    def check_same(self, value: str) -> list[str] | None:
+        return None
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def on_failure(self, exception: BaseException) -> None:
+        """One process has no peers to tell."""
 
     def on_exception(self, exception: BaseException) -> None:
         """One process holds no process group or peers, so an exception leaves nothing to release."""

@@ -182,6 +182,9 @@ class TrainerView(Protocol):
     @property
     def world_size(self) -> int: ...
 
+    @property
+    def global_rank(self) -> int: ...
+
     def save_checkpoint(self, filepath: Any, weights_only: bool | None = None, storage_options: Any = None) -> None: ...
 
 

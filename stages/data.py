@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, RandomSampler
 
+from stages import samplers
 from stages.combined_loader import CombinedLoader
 from stages.contract import run_of
 from stages.datamodule import LightningDataModule
@@ -36,12 +37,14 @@ def has_source(trainer: TrainerView, kind: str) -> bool:
 def request(trainer: TrainerView, kind: str) -> Any:
     """Get the loader(s) for `kind`: the entry point's argument wins, then the DataModule, then the module."""
     given = run_of(trainer).loaders.get(kind)
-    if given is not None:
-        return given
-    hook = f"{kind}_dataloader"
-    if trainer.datamodule is not None:
-        return trainer._hooks.datamodule(hook)
-    return trainer._hooks.module(hook)
+    if given is None:
+        hook = f"{kind}_dataloader"
+        given = trainer._hooks.datamodule(hook) if trainer.datamodule is not None else trainer._hooks.module(hook)
+    if trainer.use_distributed_sampler and trainer.strategy.is_distributed:
+        # overfit_batches trains on the same first batches every epoch, so it never shuffles.
+        shuffle = trainer.overfit_batches == 0
+        return samplers.distribute(given, kind, trainer.world_size, trainer.global_rank, shuffle)
+    return given
 
 
 def check_argument(method: str, name: str, value: Any) -> None:
@@ -241,22 +244,7 @@ def without_shuffling(loader: Any) -> Any:
     warnings.warn(
         "overfit_batches > 0: the shuffling loader is replaced by a sequential one", TrainerWarning, stacklevel=2
     )
-    options: dict[str, Any] = {
-        "batch_size": loader.batch_size,
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory,
-        "drop_last": loader.drop_last,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-    }
-    if loader.num_workers > 0:
-        options.update(
-            prefetch_factor=loader.prefetch_factor,
-            persistent_workers=loader.persistent_workers,
-            multiprocessing_context=loader.multiprocessing_context,
-        )
-    return DataLoader(loader.dataset, shuffle=False, **options)
+    return samplers.rebuild(loader, None, shuffle=False)
 
 
 def set_sampler_epoch(loader: Any, epoch: int) -> None:

@@ -8,7 +8,7 @@ settings are resolved once, when the name is first logged in a stage.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +167,9 @@ class _Entry:
                 self.step_key = self.epoch_key = name
         return self.step_key, self.epoch_key
 
+    sync: bool = False  # reduce across ranks when the value is computed (sync_dist=True)
+    sync_group: Any = None
+
     def accumulate(self, value: Tensor, batch_size: int) -> None:
         if self.total is None:
             self.total = value * batch_size if self.reduction == "mean" else value.clone()
@@ -190,6 +193,17 @@ class _Entry:
         return self.total / self.weight if self.reduction == "mean" else self.total
 
 
+def _synced_epoch_value(strategy: Any, entry: _Entry) -> Tensor | None:
+    """The epoch value over every rank's batches: a mean is weighted by every rank's batch sizes."""
+    if entry.total is None or not entry.on_epoch:
+        return entry.epoch_value()
+    if entry.reduction != "mean":
+        return strategy.reduce(entry.total, entry.sync_group, entry.reduction)
+    total = strategy.reduce(entry.total, entry.sync_group, "sum")
+    weight = strategy.reduce(torch.tensor(float(entry.weight), device=total.device), entry.sync_group, "sum")
+    return total / weight
+
+
 class MetricsCollector:
     def __init__(self, trainer: TrainerView):
         self.trainer = trainer
@@ -199,6 +213,7 @@ class MetricsCollector:
         self._logged: dict[str, Tensor] = {}
         self._progress: dict[str, Tensor] = {}  # tensors until read: reading syncs the device
         self._bucket_by_state: dict[str, dict[str, _Entry] | None] = {}
+        self._syncing = False  # some value is logged with sync_dist in a multi-process run
         self.current_batch: Any = None
         self.dataloader_idx = 0
         self.num_dataloaders = 1
@@ -253,7 +268,12 @@ class MetricsCollector:
         enable_graph: bool,
         add_dataloader_idx: bool,
         batch_size: int | None,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        rank_zero_only: bool = False,
     ) -> None:
+        if rank_zero_only and self.trainer.global_rank != 0:
+            return  # only rank 0's value is logged, and it is not synced: the other ranks may not log it at all
         state = self.trainer._flow.machine_state
         bucket = self._bucket_by_state[state] if state in self._bucket_by_state else self._bucket_for(state)
         if bucket is None:
@@ -267,6 +287,10 @@ class MetricsCollector:
         if entry is None:
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
             entry.forked_keys(name)
+            # torchmetrics objects sync themselves in compute(); plain values are reduced here.
+            entry.sync = sync_dist and not rank_zero_only and metric is None and self.trainer.world_size > 1
+            entry.sync_group = sync_dist_group
+            self._syncing = self._syncing or entry.sync
             if self.num_dataloaders > 1 and fx in _EVAL_BATCH_HOOKS:
                 entry.dataloader_idx = self.dataloader_idx
             bucket[name] = entry
@@ -312,6 +336,8 @@ class MetricsCollector:
         bucket = self._buckets[bucket_name]
         if not bucket:
             return
+        if self._syncing:
+            self._sync_step_values(bucket)
         callback, logged, progress = _step_view(bucket, bucket_name == "train", consume=True)
         self._callback.update(callback)
         self._logged.update(logged)
@@ -320,11 +346,19 @@ class MetricsCollector:
         if send_to_loggers and logged:
             self._send(logged, step, add_epoch)
 
+    def _sync_step_values(self, bucket: dict[str, _Entry]) -> None:
+        """Reduce this batch's `sync_dist` step values across ranks, once, before they are published."""
+        strategy = self.trainer.strategy
+        for entry in bucket.values():
+            if entry.sync and entry.on_step and entry.step_value is not None:
+                entry.step_value = strategy.reduce(entry.step_value, entry.sync_group, entry.reduction)
+
     def epoch_end(self, bucket_name: str, step: int, send_to_loggers: bool) -> dict[str, Tensor]:
         """After an epoch's end hooks: reduce, publish and forget this stage's epoch values. Returns what the
         loggers get (`x_epoch` for a value logged on both step and epoch), which `validate`/`test` return."""
         bucket = self._buckets[bucket_name]
-        callback, logged, progress = _epoch_view(bucket)
+        strategy = self.trainer.strategy
+        callback, logged, progress = _epoch_view(bucket, lambda e: _synced_epoch_value(strategy, e) if e.sync else None)
         self._reduced_loaders = {
             entry.epoch_key: entry.dataloader_idx for entry in bucket.values() if entry.epoch_key in logged
         }
@@ -405,15 +439,20 @@ def _step_view(
     return callback, logged, progress
 
 
-def _epoch_view(bucket: dict[str, _Entry]) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
-    """The epoch reductions so far: callbacks see `x` and `x_epoch`, loggers and the progress bar `x_epoch`."""
+def _epoch_view(
+    bucket: dict[str, _Entry], synced: Callable[[_Entry], Tensor | None] | None = None
+) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
+    """The epoch reductions so far: callbacks see `x` and `x_epoch`, loggers and the progress bar `x_epoch`.
+
+    `synced` (at the epoch's end only: it runs collectives) gives a `sync_dist` value reduced over every rank.
+    """
     callback: dict[str, Tensor] = {}
     logged: dict[str, Tensor] = {}
     progress: dict[str, Tensor] = {}
     for name, entry in bucket.items():
         if not entry.on_epoch:
             continue
-        value = entry.epoch_value()
+        value = synced(entry) if synced is not None and entry.sync else entry.epoch_value()
         if value is None:
             continue
         key = entry.forked_keys(name)[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Generator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -141,6 +141,9 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
             enable_graph=enable_graph,
             add_dataloader_idx=add_dataloader_idx,
             batch_size=batch_size,
+            sync_dist=sync_dist,
+            sync_dist_group=sync_dist_group,
+            rank_zero_only=rank_zero_only,
         )
 
     def log_dict(
@@ -170,7 +173,27 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
                 enable_graph=enable_graph,
                 add_dataloader_idx=add_dataloader_idx,
                 batch_size=batch_size,
+                sync_dist=sync_dist,
+                sync_dist_group=sync_dist_group,
+                rank_zero_only=rank_zero_only,
             )
+
+    def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
+        """Every rank's `data` (tensors and numbers, nested in dicts, lists and tuples), each tensor stacked
+        along a new first dimension indexed by rank; with one process the data comes back as tensors unchanged."""
+        strategy = self.trainer.strategy
+
+        def gather(item: Any) -> Any:
+            if isinstance(item, Mapping):
+                return cast(Any, type(item))({key: gather(value) for key, value in item.items()})
+            if isinstance(item, list | tuple):
+                return type(item)(gather(value) for value in item)
+            if isinstance(item, Tensor | int | float) and not isinstance(item, bool):
+                tensor = item if isinstance(item, Tensor) else torch.tensor(item, device=self.device)
+                return strategy.all_gather(tensor, group=group, sync_grads=sync_grads)
+            return item
+
+        return gather(data)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         if self._trainer is None or self._trainer.is_global_zero:

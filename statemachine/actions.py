@@ -202,6 +202,14 @@ def ignore_sigint(trainer: Trainer) -> None:
     trainer._signals.ignore_sigint()
 
 
+def notify_peers(trainer: Trainer) -> None:
+    """First, before any hook: the other ranks learn of this failure, so they stop now instead of waiting in a
+    collective until the process group's timeout; collectives are local from here on."""
+    exception = trainer._live_run().exception
+    if exception is not None:
+        trainer.strategy.on_failure(exception)
+
+
 def call_on_exception_hooks(trainer: Trainer) -> None:
     """Every callback's `on_exception`, then the DataModule's, each even when an earlier one raised: a failing
     hook is logged and noted on the original error, never replaces it. A hook that raised KeyboardInterrupt or

@@ -19,6 +19,7 @@ from stages.contract import module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loop_rules import max_steps_reached
 from stages.resume import ResumePoint
+from statemachine import requeue
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
@@ -61,10 +62,27 @@ def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
         if state:
             checkpoint[type(datamodule).__qualname__] = state
     if not weights_only:
-        checkpoint[RESUME_KEY] = trainer.fit_loop.resume_state()
+        checkpoint[RESUME_KEY] = _with_every_rank(trainer, trainer.fit_loop.resume_state())
         trainer._hooks.callbacks("on_save_checkpoint", checkpoint)
     trainer._hooks.module("on_save_checkpoint", checkpoint)
     return checkpoint
+
+
+def _with_every_rank(trainer: Trainer, state: dict[str, Any]) -> dict[str, Any]:
+    """Every rank draws from its own generators: an exact resume needs each rank's states, indexed by rank.
+    The top-level states stay this rank's, so a one-process run can resume from the file too."""
+    if trainer.world_size == 1:
+        return state
+    every = trainer.strategy.all_gather_object(state)
+    return {**state, "per_rank": every} if len(every) == trainer.world_size else state
+
+
+def _for_this_rank(trainer: Trainer, state: dict[str, Any] | None) -> dict[str, Any] | None:
+    if state is None or "per_rank" not in state:
+        return state
+    every = state["per_rank"]
+    # Saved with another number of ranks: the draws cannot match anyway; rank 0's states are the best start.
+    return every[trainer.global_rank] if len(every) == trainer.world_size else state
 
 
 def _eval_loop_state(batch_progress: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +116,8 @@ def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
     run = trainer._live_run()
     fn = run.fn.value
+    if ckpt_path is None:
+        ckpt_path = requeue.auto_resume(trainer)
     if ckpt_path is None and run.model_passed:
         return None
     if ckpt_path is None:
@@ -112,7 +132,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
     if ckpt_path == "last":
         return _last_path(trainer, fn)
     if ckpt_path == "hpc":
-        raise ValueError(f'.{fn}(ckpt_path="hpc") needs a SLURM hpc checkpoint; none is supported or found')
+        return requeue.resume_path(trainer, fn)
     if ckpt_path.startswith("registry"):
         raise ValueError(f".{fn}(ckpt_path={ckpt_path!r}): the model registry is not supported")
     if not ckpt_path:
@@ -196,7 +216,7 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
     precision = trainer.strategy.precision
     precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
     point = _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
-    trainer.fit_loop.load_resume_state(checkpoint.get(RESUME_KEY))
+    trainer.fit_loop.load_resume_state(_for_this_rank(trainer, checkpoint.get(RESUME_KEY)))
     if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:
         raise MisconfigurationException(
             f"{path} is at epoch {trainer.current_epoch}, past max_epochs={trainer.max_epochs}; raise max_epochs "

@@ -199,13 +199,6 @@ class TrainerConfig(BaseModel):
             raise ValueError(f"{info.field_name}={value!r} is not supported yet; leave it as None")
         return value
 
-    @field_validator("sync_batchnorm")
-    @classmethod
-    def _sync_batchnorm(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("sync_batchnorm=True needs a multi-process strategy, which is not supported yet")
-        return value
-
     @model_validator(mode="after")
     def _combinations(self) -> TrainerConfig:
         if self.check_val_every_n_epoch is None and isinstance(self.val_check_interval, float):

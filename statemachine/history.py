@@ -22,6 +22,7 @@ import uuid
 import warnings
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -384,7 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument(
             "--table", default=None, metavar="MODULE:ATTR", help="the table the run used (default: the built-in one)"
         )
+    diff = commands.add_parser("diff", help="report the first transition where two ranks' dumps differ")
+    diff.add_argument("path", help="dump file or fsspec URL (for example rank 0's)")
+    diff.add_argument("other", help="the dump to compare with (for example rank 1's)")
     args = parser.parse_args(argv)
+    if args.command == "diff":
+        return _run_diff(parser, args.path, args.other)
     try:
         table = TABLE if args.table is None else load_table(args.table)
         dump = load_history(args.path)
@@ -404,6 +410,45 @@ def load_table(path: str) -> MachineTable:
     if not isinstance(table, MachineTable):
         raise ValueError(f"{path!r} is a {type(table).__name__}, not a MachineTable")
     return table
+
+
+def _step_of(record: TransitionRecord) -> tuple[Any, ...]:
+    """What every rank must share for one transition: the edge and where in training it was taken."""
+    return (record.trigger, record.source, record.transition, record.dest, record.epoch, record.global_step)
+
+
+def _describe_step(record: TransitionRecord) -> str:
+    edge = record.transition or ("refused" if record.refused else "failed")
+    place = f"epoch {record.epoch}, step {record.global_step}"
+    error = f", {record.exception.type}: {record.exception.message}" if record.exception else ""
+    return f"rank {record.rank}: seq {record.seq} {record.trigger!r} in {record.source} -> {edge} ({place}{error})"
+
+
+def first_divergence(first: HistoryDump, second: HistoryDump) -> str | None:
+    """Where two dumps (two ranks of one run) stop taking the same transitions; None when they agree."""
+    for mine, theirs in zip(first.records, second.records, strict=False):
+        if _step_of(mine) != _step_of(theirs):
+            return f"first difference:\n  {_describe_step(mine)}\n  {_describe_step(theirs)}"
+    if len(first.records) != len(second.records):
+        longer = first if len(first.records) > len(second.records) else second
+        extra = longer.records[min(len(first.records), len(second.records))]
+        return f"one dump goes on after the other ends:\n  {_describe_step(extra)}"
+    return None
+
+
+def _run_diff(parser: argparse.ArgumentParser, path: str, other: str) -> int:
+    try:
+        dumps = load_history(path), load_history(other)
+    except (FileNotFoundError, ValueError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    if dumps[0].dropped or dumps[1].dropped:
+        print("warning: a dump dropped its oldest records; compared from the oldest kept ones")
+    found = first_divergence(*dumps)
+    if found is None:
+        print(f"same transitions: {len(dumps[0].records)} records")
+        return 0
+    print(found)
+    return 1
 
 
 def _run_check(dump: HistoryDump, table: MachineTable = TABLE) -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from transitions.core import MachineError
 from transitions.extensions.nesting import HierarchicalMachine, NestedState, NestedTransition
 
+from statemachine import distributed
 from statemachine.binding import bind
 from statemachine.coverage import COVERAGE, TransitionCoverage
 from statemachine.history import CallbackRecord, ExceptionRecord, GuardRecord, History, TransitionRecord
@@ -93,6 +94,7 @@ class Flow:
         # A KeyboardInterrupt or SystemExit that a best-effort step swallowed so the edge could finish; the driver
         # raises it once the edge is done.
         self.exit_request: BaseException | None = None
+        self.check_ranks = distributed.checking_ranks()
         _Machine(
             model=self,
             states=_nested_states(table),
@@ -208,9 +210,12 @@ class Flow:
 
     def _mark_taken(self, event: Any) -> None:
         """Guards passed for `event.transition`: this is the edge taken."""
-        key = event.transition.spec.key
-        event.kwargs["record"].transition = key
-        self._coverage.record_transition(key)
+        spec = event.transition.spec
+        event.kwargs["record"].transition = spec.key
+        self._coverage.record_transition(spec.key)
+        # A failure is one rank's own path; every other edge must be the same on all ranks.
+        if self.check_ranks and spec.trigger != "interrupt":
+            distributed.check_same_edge(self.trainer, spec.key)
 
     def _close_record(self, event: Any) -> None:
         record: TransitionRecord = event.kwargs["record"]

@@ -13,6 +13,8 @@ import threading
 from types import FrameType
 from typing import Any
 
+from statemachine import requeue
+
 _log = logging.getLogger(__name__)
 
 
@@ -27,6 +29,7 @@ class SignalConnector:
         self._previous_sigint: Any = None
         self._ignoring_sigint = False
         self._guarding_sigint = False
+        self._requeue: tuple[signal.Signals, Any] | None = None
 
     def register(self) -> None:
         self.trainer.received_sigterm = False
@@ -35,6 +38,10 @@ class SignalConnector:
         self._previous = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         self._installed = True
+        slurm = requeue.slurm_environment(self.trainer)
+        if slurm is not None:
+            self._requeue = (slurm.requeue_signal, signal.getsignal(slurm.requeue_signal))
+            signal.signal(slurm.requeue_signal, lambda signum, frame: requeue.on_requeue_signal(self.trainer, slurm))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         _log.info("received SIGTERM: the run stops at the next batch boundary")
@@ -73,6 +80,9 @@ class SignalConnector:
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous)
             self._installed = False
+        if self._requeue is not None:
+            signal.signal(*self._requeue)
+            self._requeue = None
         if self._ignoring_sigint:
             signal.signal(signal.SIGINT, self._previous_sigint)
             self._ignoring_sigint = False

@@ -361,6 +361,7 @@ _FIT_END_CHAIN = (
 )
 _INTERRUPT_CHAIN = (
     "ignore_sigint",
+    "notify_peers",
     "call_on_exception_hooks",
     "strategy_on_exception",
     "finalize_loggers_failed",

@@ -36,8 +36,8 @@ from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
+from statemachine import distributed, profilers
 from statemachine import enums as states
-from statemachine import profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.enums import RunningStage, TrainerFn, TrainerState
 from statemachine.history import TransitionRecord
@@ -371,7 +371,7 @@ class Trainer:
             {"predict": dataloaders},
             ckpt_path,
             model_passed=model is not None,
-            return_predictions=True if return_predictions is None else return_predictions,
+            return_predictions=distributed.default_return_predictions(self, return_predictions),
         )
         return run.predictions
 
@@ -445,17 +445,17 @@ class Trainer:
         self._last_fn = fn
         run = self._run
         try:
-            self._drive(trigger, run)
+            distributed.run(self, trigger)
         finally:
             self._run = None
             if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it
                 self._ckpt_path = run.ckpt_path
         return run
 
-    def _drive(self, trigger: str, run: RunContext) -> None:
+    def _drive(self, trigger: str) -> None:
         """Fire the entry event, then run each state's handler and fire the event it reports; the table's guards
         choose where each event leads. On any exception: the `interrupt` edge, then the exception, unchanged."""
-        flow = self._flow
+        flow, run = self._flow, self._live_run()
         self._signals.guard_sigint()
         try:
             flow.fire(trigger)
@@ -532,7 +532,9 @@ class Trainer:
     def _dump_interrupt_history(self) -> None:
         record = self._flow.history.records[-1]
         directory = self.log_dir or self.default_root_dir
-        path = os.path.join(directory, f"state-history-{record.seq}.json")
+        # One file per rank in a multi-process run, so ranks never overwrite each other's dump.
+        rank = f"rank{self.global_rank}-" if self.world_size > 1 else ""
+        path = os.path.join(directory, f"state-history-{rank}{record.seq}.json")
         self.history_dump_path = self.dump_history(path)
         _log.warning("the run was interrupted; its state history is in %s", self.history_dump_path)
 
@@ -783,12 +785,12 @@ class Trainer:
 
     @property
     def num_nodes(self) -> int:
-        return 1
+        return getattr(self.strategy, "num_nodes", 1)
 
     @property
     def device_ids(self) -> list[int]:
-        device = self.strategy.root_device
-        return [device.index or 0]
+        devices = getattr(self.strategy, "parallel_devices", None) or [self.strategy.root_device]
+        return [device.index or 0 for device in devices]
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None
@@ -832,6 +834,11 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
         )
     except ValueError as error:
         problems += [f"  {line.strip()}" for line in str(error).splitlines() if line.strip()]
+    if arguments["sync_batchnorm"] and strategy is not None:
+        if not isinstance(strategy, devices.DDPStrategy):
+            problems.append("  sync_batchnorm=True needs a multi-process strategy such as strategy='ddp'")
+        else:
+            strategy.sync_batchnorm = True
     if problems or config is None or strategy is None:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy

@@ -25,6 +25,9 @@ from stages.exceptions import MisconfigurationException
 def batches(count: int, batch_size: int = 4) -> DataLoader:
     return make_loader(n=count * batch_size, batch_size=batch_size)
 
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return decision
+
 
 class Scripted(TinyModel):
     """Logs `values[current_epoch]` as the epoch value of `key` while training, and the i-th entry of

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict, defaultdict, namedtuple
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from devices import (
     save_checkpoint,
 )
 from devices.checkpoint_io import exists
+from devices.ddp import DDPStrategy
 from devices.transfer import move_to_device
 
 Pair = namedtuple("Pair", ["x", "y"])
@@ -433,40 +435,65 @@ def test_connect_picks_one_cuda_device(
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "needle"),
+    ("kwargs", "indices", "num_nodes"),
     [
-        ({"devices": 2}, "devices=2"),
-        ({"devices": -1}, "devices=-1"),
-        ({"devices": "auto"}, "devices='auto'"),
-        ({"devices": [0, 1]}, "devices=[0, 1]"),
-        ({"strategy": "ddp"}, "strategy='ddp'"),
-        ({"devices": 1, "num_nodes": 2}, "num_nodes=2"),
+        ({"devices": 2}, [0, 1], 1),
+        ({"devices": -1}, [0, 1], 1),
+        ({"devices": "auto"}, [0, 1], 1),
+        ({"devices": [1, 0]}, [1, 0], 1),
+        ({"devices": 1, "strategy": "ddp"}, [0], 1),
+        ({"devices": 1, "num_nodes": 2}, [0], 2),
     ],
 )
-def test_connect_refuses_more_than_one_cuda_device(
-    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], needle: str
+def test_connect_builds_ddp_for_several_cuda_devices(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], indices: list[int], num_nodes: int
 ) -> None:
     _fake_cuda(monkeypatch, 2)
-    kwargs = {"devices": 1} | kwargs
-    with pytest.raises(ValueError, match="multi-process strategies are not supported yet") as info:
-        connect("cuda", **kwargs)
-    assert needle in str(info.value)
+    strategy = connect("cuda", **kwargs)
+    assert isinstance(strategy, DDPStrategy)
+    assert strategy.parallel_devices == [torch.device("cuda", i) for i in indices]
+    assert strategy.world_size == len(indices) * num_nodes
+    assert strategy.backend == "nccl"
+
+
+@pytest.mark.parametrize(
+    ("strategy_name", "start_method", "find_unused"),
+    [
+        ("ddp", "popen", False),
+        ("ddp_spawn", "spawn", False),
+        ("ddp_fork", "fork", False),
+        ("ddp_notebook", "fork", False),
+        ("ddp_find_unused_parameters_true", "popen", True),
+        ("ddp_spawn_find_unused_parameters_false", "spawn", False),
+    ],
+)
+def test_lightning_ddp_names_choose_the_launch_method(strategy_name: str, start_method: str, find_unused: bool) -> None:
+    strategy = connect("cpu", devices=2, strategy=strategy_name)
+    assert isinstance(strategy, DDPStrategy)
+    assert (strategy.start_method, strategy.world_size, strategy.backend) == (start_method, 2, "gloo")
+    assert strategy.ddp_kwargs.get("find_unused_parameters", False) is find_unused
+
+
+def test_several_cpu_processes_default_to_ddp_and_a_strategy_instance_keeps_its_timeout() -> None:
+    assert isinstance(connect("cpu", devices=2), DDPStrategy)
+    given = DDPStrategy(timeout=timedelta(seconds=42), find_unused_parameters=True)
+    strategy = connect("cpu", devices=3, strategy=given, num_nodes=1)
+    assert strategy is given and strategy.timeout == timedelta(seconds=42) and strategy.world_size == 3
 
 
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"devices": 2}, "devices=2"),
-        ({"strategy": "ddp_spawn"}, "strategy='ddp_spawn'"),
         ({"strategy": "fsdp"}, "strategy='fsdp'"),
         ({"strategy": "deepspeed"}, "strategy='deepspeed'"),
-        ({"num_nodes": 4}, "num_nodes=4"),
+        ({"strategy": "single_device", "devices": 2}, "strategy='single_device'"),
     ],
 )
-def test_connect_refuses_multi_process_on_cpu(kwargs: dict[str, Any], needle: str) -> None:
-    with pytest.raises(ValueError, match="multi-process strategies are not supported yet") as info:
+def test_connect_refuses_strategies_it_does_not_run(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError) as info:
         connect("cpu", **kwargs)
     assert needle in str(info.value)
+    assert "use " in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -516,9 +543,9 @@ def test_connect_refuses_mps_as_not_yet_supported() -> None:
 
 def test_connect_reports_every_bad_flag_at_once() -> None:
     with pytest.raises(ValueError) as info:
-        connect("cpu", devices=0, strategy="ddp", precision="bf15", num_nodes=0)
+        connect("cpu", devices=0, strategy="fsdp", precision="bf15", num_nodes=0)
     message = str(info.value)
-    for needle in ("devices=0", "strategy='ddp'", "precision='bf15'", "num_nodes=0"):
+    for needle in ("devices=0", "strategy='fsdp'", "precision='bf15'", "num_nodes=0"):
         assert needle in message
 
 

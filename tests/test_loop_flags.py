@@ -732,8 +732,6 @@ def test_one_error_names_every_bad_field() -> None:
     "flag",
     [
         {"plugins": [object()]},
-        {"sync_batchnorm": True},
-        {"strategy": "ddp"},
     ],
 )
 def test_unbuilt_flags_are_refused_not_ignored(flag: dict[str, Any]) -> None:

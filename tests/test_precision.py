@@ -430,7 +430,10 @@ def test_plugins_take_one_precision_plugin_instead_of_the_flag(tmp_path: Path) -
         quiet_trainer(tmp_path, precision="bf16-mixed", plugins=[DoublePrecision()])
     with pytest.raises(L.MisconfigurationException, match="holds 2 precision plugins"):
         quiet_trainer(tmp_path, plugins=[DoublePrecision(), DoublePrecision()])
-    with pytest.raises(L.MisconfigurationException, match="(?s)plugins=.*not supported yet.*precision plugins only"):
+    with pytest.raises(
+        L.MisconfigurationException,
+        match="(?s)plugins=.*not supported yet.*precision plugins .* and cluster environments",
+    ):
         quiet_trainer(tmp_path, plugins=["something"])
     with pytest.raises(L.MisconfigurationException, match="autocasts on 'cuda'.*accelerator 'cpu'"):
         quiet_trainer(tmp_path, accelerator="cpu", plugins=[MixedPrecision("bf16-mixed", "cuda")])

@@ -116,6 +116,8 @@ class EarlyStopping(Callback):
             return
         current = torch.as_tensor(metrics[self.monitor]).detach().squeeze()
         should_stop, message = self._evaluate_stopping_criteria(current)
+        # Every rank stops at the same batch: one rank wanting to stop is enough.
+        should_stop = trainer.strategy.reduce_boolean_decision(should_stop, all=False)
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
             self.stopped_epoch = trainer.current_epoch

@@ -392,7 +392,9 @@ class ModelCheckpoint(Checkpoint):
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
         kth_score = self.best_k_models[self.kth_best_model_path]
-        return bool(torch.lt(current, kth_score) if self.mode == "min" else torch.gt(current, kth_score))
+        better = bool(torch.lt(current, kth_score) if self.mode == "min" else torch.gt(current, kth_score))
+        # Ranks whose unsynced values disagree must still save together (the save waits at a barrier).
+        return trainer.strategy.reduce_boolean_decision(better, all=True)
 
     def _save_monitor_checkpoint(self, trainer: Any, candidates: dict[str, Any]) -> None:
         assert self.monitor is not None

@@ -14,12 +14,14 @@ from typing import IO, Any
 from stages.exceptions import TrainerWarning
 from stages.loggers.logger import (
     FileLogger,
+    NoExperiment,
     VersionedDir,
     add_prefix,
     check_prefix,
     hparams_as_mapping,
     metrics_to_floats,
 )
+from stages.rank_zero import rank_zero_only
 from stages.saving import hparams_yaml
 
 METRICS_FILE = "metrics.csv"
@@ -52,11 +54,14 @@ class CSVLogger(FileLogger):
         self._experiment: CSVWriter | None = None
 
     @property
-    def experiment(self) -> CSVWriter:
+    def experiment(self) -> CSVWriter | NoExperiment:
+        if rank_zero_only.rank != 0:
+            return NoExperiment()  # only global rank 0 writes
         if self._experiment is None:
             self._experiment = CSVWriter(self.log_dir)
         return self._experiment
 
+    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         writer = self.experiment
         if step is None:
@@ -65,9 +70,11 @@ class CSVLogger(FileLogger):
         if (step + 1) % self._flush_every == 0:
             writer.save()
 
+    @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | argparse.Namespace) -> None:
         self.experiment.log_hparams(params)
 
+    @rank_zero_only
     def save(self) -> None:
         if self._experiment is not None:
             self._experiment.save()
@@ -94,6 +101,7 @@ class CSVWriter:
             )
         os.makedirs(log_dir, exist_ok=True)
 
+    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._pending.append({"step": step, **metrics})
         self.rows_logged += 1
@@ -103,6 +111,7 @@ class CSVWriter:
         text = hparams_yaml(self.hparams)
         _atomic_write(self.hparams_file, lambda out: out.write(text))
 
+    @rank_zero_only
     def save(self) -> None:
         if not self._pending:
             return

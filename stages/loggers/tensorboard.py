@@ -12,6 +12,7 @@ import torch
 
 from stages.loggers.logger import (
     FileLogger,
+    NoExperiment,
     VersionedDir,
     add_prefix,
     check_finalize_status,
@@ -20,6 +21,7 @@ from stages.loggers.logger import (
     hparams_as_mapping,
     metrics_to_floats,
 )
+from stages.rank_zero import rank_zero_only
 from stages.saving import save_hparams_to_yaml
 
 if TYPE_CHECKING:
@@ -68,19 +70,23 @@ class TensorBoardLogger(FileLogger):
         return self._sub_dir
 
     @property
-    def experiment(self) -> SummaryWriter:
+    def experiment(self) -> SummaryWriter | NoExperiment:
+        if rank_zero_only.rank != 0:
+            return NoExperiment()  # only global rank 0 writes
         if self._experiment is None:
             from torch.utils.tensorboard import SummaryWriter
 
             self._experiment = SummaryWriter(log_dir=self.log_dir)
         return self._experiment
 
+    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         scalars = add_prefix(metrics_to_floats(metrics), self._prefix, self.PREFIX_SEPARATOR)
         writer = self.experiment
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
 
+    @rank_zero_only
     def log_hyperparams(
         self,
         params: dict[str, Any] | argparse.Namespace,
@@ -107,6 +113,7 @@ class TensorBoardLogger(FileLogger):
         for summary in (experiment_summary, session_start, session_end):
             file_writer.add_summary(summary)
 
+    @rank_zero_only
     def save(self) -> None:
         """Flush the event file, and write `hparams.yaml` into the log directory once it exists (the file is
         what `load_from_checkpoint(hparams_file=...)` reads)."""
@@ -116,6 +123,7 @@ class TensorBoardLogger(FileLogger):
         if os.path.isdir(self.log_dir) and not os.path.isfile(hparams_file):
             save_hparams_to_yaml(hparams_file, self.hparams)
 
+    @rank_zero_only
     def finalize(self, status: str) -> None:
         check_finalize_status(status)
         if self._experiment is not None:

@@ -1,0 +1,151 @@
+"""Two-process CPU DDP (gloo): `statemachine.Trainer(strategy="ddp_fork", devices=2)` against a hand-written
+two-process DDP loop on the same model, data and sampler.
+
+Both sides fork two processes, join a gloo process group, wrap the same MLP (32 -> 64 -> 10) in
+DistributedDataParallel and read the same TensorDataset through a DistributedSampler (batch 32 per rank). Each
+run is timed on rank 0 from the first batch's start to the last optimizer step (process start, rendezvous and
+teardown excluded on both sides). The two alternate for `--rounds` rounds; the ratio is trainer/plain of the
+medians.
+
+    python benchmarks/ddp_overhead.py [--steps 300] [--rounds 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import statemachine as L
+from devices.environments import LOOPBACK, find_free_port
+
+IN_FEATURES, HIDDEN, CLASSES, BATCH_SIZE, LR = 32, 64, 10, 32, 0.01
+WORLD = 2
+
+
+def make_dataset(steps: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    samples = steps * BATCH_SIZE * WORLD
+    x = torch.randn(samples, IN_FEATURES, generator=generator)
+    y = torch.randint(0, CLASSES, (samples,), generator=generator)
+    return TensorDataset(x, y)
+
+
+def make_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
+
+
+class Net(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = make_net()
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+
+class Clock(L.Callback):
+    """Rank 0's time from the first batch's start to the end of the last one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.started = 0.0
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == 0 and self.started == 0.0:
+            self.started = time.perf_counter()
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        if trainer.global_rank == 0:
+            Path(self.path).write_text(str(time.perf_counter() - self.started))
+
+
+def run_trainer(steps: int, out: str) -> float:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=WORLD,
+        strategy="ddp_fork",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[Clock(out)],
+    )
+    trainer.fit(Net(), DataLoader(make_dataset(steps), batch_size=BATCH_SIZE))
+    return float(Path(out).read_text())
+
+
+def _plain_worker(rank: int, steps: int, port: int, out: str) -> None:
+    torch.set_num_threads(1)  # what ddp_fork does in each rank
+    dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank, world_size=WORLD)
+    model = DistributedDataParallel(make_net())
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    dataset = make_dataset(steps)
+    sampler = DistributedSampler(dataset, WORLD, rank, shuffle=False)
+    loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)
+    sampler.set_epoch(0)
+    started = time.perf_counter()
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    if rank == 0:
+        Path(out).write_text(str(time.perf_counter() - started))
+    dist.destroy_process_group()
+
+
+def run_plain(steps: int, out: str) -> float:
+    mp.start_processes(_plain_worker, args=(steps, find_free_port(), out), nprocs=WORLD, start_method="fork")
+    return float(Path(out).read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (per rank)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", default=None)
+    options = parser.parse_args()
+    times: dict[str, list[float]] = {"trainer": [], "plain": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "seconds")
+        run_trainer(options.steps, out)  # warm-up
+        run_plain(options.steps, out)
+        for round_index in range(options.rounds):
+            order = ("trainer", "plain") if round_index % 2 == 0 else ("plain", "trainer")
+            for side in order:
+                run = run_trainer if side == "trainer" else run_plain
+                times[side].append(run(options.steps, out))
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    ratio = medians["trainer"] / medians["plain"]
+    print(f"{'side':<8} {'median s':>9} {'min s':>8} {'max s':>8} {'us/step':>8}")
+    for side, values in times.items():
+        per_step = medians[side] / options.steps * 1e6
+        print(f"{side:<8} {medians[side]:>9.4f} {min(values):>8.4f} {max(values):>8.4f} {per_step:>8.1f}")
+    print(f"ratio trainer/plain (medians): {ratio:.3f}")
+    if options.json:
+        report = {"steps": options.steps, "rounds": options.rounds, "times": times, "ratio_of_medians": ratio}
+        Path(options.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

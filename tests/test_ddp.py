@@ -1,0 +1,453 @@
+"""Multi-process runs on CPU with gloo: two real processes per test, launched the ways users launch them.
+
+Every subprocess gets a hard timeout; the failure tests also bound how long the whole run took to end.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ddp_app import RankModel, dataset, loader, weights
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+
+import statemachine as L
+from devices import environments
+from devices.environments import find_free_port
+from devices.launchers import RankFailedError
+from stages import samplers
+from statemachine.distributed import CHECK_RANKS_VARIABLE
+from statemachine.history import load_history
+from statemachine.history import main as history_main
+
+APP = Path(__file__).with_name("ddp_app.py")
+HARD_TIMEOUT = 120  # seconds; a hang fails the test instead of the suite
+ENDS_WITHIN = 30  # seconds a failed run may take to end on every rank
+
+# The hooks each rank records for fit (sanity check, 2 epochs), validate, test and predict, in Lightning's order.
+EXPECTED_HOOKS = [
+    "setup", "on_fit_start", "on_validation_start", "on_train_start",
+    "on_train_epoch_start", "on_validation_start", "on_train_epoch_end",
+    "on_train_epoch_start", "on_validation_start", "on_train_epoch_end",
+    "on_train_end", "on_fit_end", "teardown",
+    "setup", "on_validation_start", "teardown",
+    "setup", "on_test_start", "teardown",
+    "setup", "on_predict_start", "teardown",
+]  # fmt: skip
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PL_GLOBAL_SEED", None)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=HARD_TIMEOUT)
+
+
+def _ranks(out: Path) -> list[dict[str, Any]]:
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def _trainer(root: Path, **options: Any) -> L.Trainer:
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "max_epochs": 2,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": root,
+        "num_sanity_val_steps": 0,
+    }
+    return L.Trainer(**(settings | options))
+
+
+def _assert_two_ranks_agree(out: Path) -> None:
+    first, second = _ranks(out)
+    assert [first["rank"], second["rank"]] == [0, 1] and first["world_size"] == second["world_size"] == 2
+    assert first["weights"] == second["weights"]  # DDP keeps the replicas identical
+    assert first["hooks"] == second["hooks"] == EXPECTED_HOOKS
+    for record in (first, second):
+        metrics = record["fit_metrics"]
+        assert metrics["rank_mean"] == 0.5  # synced mean of 0 and 1
+        assert metrics["rank_local"] == record["rank"]  # not synced: each rank keeps its own
+        assert metrics["rank_max"] == 1.0 and metrics["gathered_sum"] == 1.0
+        assert metrics["val_rank_sum"] == 4.0  # rank 1 logs 1.0 in each of its 4 batches, summed over ranks
+        assert record["tested"] == [{"test_rank": 0.5}]
+        assert record["validated"] == first["validated"]
+    assert first["fit_metrics"]["only_zero"] == 10.0 and "only_zero" not in second["fit_metrics"]
+    # predict: every sample exactly once over the two ranks, even with an odd count
+    assert sorted(first["predicted"] + second["predicted"]) == list(range(31))
+    assert first["predictions"] == first["predicted"]
+
+
+def test_script_relaunch_runs_every_entry_point_on_two_ranks(tmp_path: Path) -> None:
+    result = _run([sys.executable, str(APP), str(tmp_path), "--strategy", "ddp"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _assert_two_ranks_agree(tmp_path)
+    first, second = _ranks(tmp_path)
+    # Only global rank 0 writes logs, in the one version folder both ranks agree on; the checkpoint is shared.
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+    assert first["log_dir"] == second["log_dir"] and (Path(first["log_dir"]) / "metrics.csv").is_file()
+    assert first["best_model_path"] == second["best_model_path"] and Path(first["best_model_path"]).is_file()
+
+
+def test_torchrun_processes_join_instead_of_launching(tmp_path: Path) -> None:
+    port = str(find_free_port())
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    command = [*torchrun, "--master-addr", "127.0.0.1", "--master-port", port, str(APP), str(tmp_path)]
+    result = _run(command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _assert_two_ranks_agree(tmp_path)
+
+
+def test_spawn_gives_the_main_process_the_results_and_matches_one_process_with_twice_the_batch(
+    tmp_path: Path,
+) -> None:
+    L.seed_everything(3)
+    two_ranks = RankModel()
+    one_process = copy.deepcopy(two_ranks)
+    spawned = _trainer(tmp_path / "spawn", strategy="ddp_spawn", devices=2)
+    spawned.fit(two_ranks, loader(4))
+    _trainer(tmp_path / "single", devices=1).fit(one_process, loader(8))
+    # Rank r reads samples r, r+2, ...: each step the two ranks' batches of 4 are the single process's batch of 8.
+    # Not bit-exact: the all-reduce averages two means of 4 where one process takes one mean of 8, and float
+    # addition is not associative; after 8 SGD steps the difference stays at rounding level.
+    torch.testing.assert_close(weights(two_ranks), weights(one_process), rtol=0, atol=1e-6)
+    assert weights(two_ranks) != weights(RankModel())
+    assert spawned.state.finished
+    assert [r.trigger for r in spawned.history][:2] == ["fit", "begin"] and spawned.history[-1].dest == "finished"
+    assert {"train_loss", "rank_mean", "rank_local"} <= set(spawned.callback_metrics)
+    assert float(spawned.callback_metrics["rank_mean"]) == 0.5
+    assert float(spawned.callback_metrics["rank_local"]) == 0.0  # rank 0's own value
+    best = Path(spawned.checkpoint_callback.best_model_path)
+    assert best.is_file() and best.name == "epoch=1-step=8.ckpt"
+
+
+def test_checkpoints_move_between_two_ranks_and_one_process(tmp_path: Path) -> None:
+    model = RankModel()
+    # One checkpoint folder for all three runs: a resume from another folder warns that top-k state is dropped.
+    two = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1)
+    two.fit(model, loader(4))
+    from_two = two.checkpoint_callback.best_model_path
+    assert Path(from_two).name == "epoch=0-step=4.ckpt"  # 32 samples / 2 ranks / batch 4
+
+    one = _trainer(tmp_path, devices=1, max_epochs=2)
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        one.fit(RankModel(), loader(4), ckpt_path=from_two)
+    assert (one.current_epoch, one.global_step) == (2, 12)  # resumed after 4 steps, then 8 single-process steps
+    from_one = one.checkpoint_callback.best_model_path
+
+    again = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=3)
+    resumed = RankModel()
+    with warnings.catch_warnings():
+        # The forked ranks inherit this filter: the warning the single-process run asserted above is expected there.
+        warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+        again.fit(resumed, loader(4), ckpt_path=from_one)
+    final = torch.load(again.checkpoint_callback.best_model_path, weights_only=False)
+    assert (final["epoch"], final["global_step"]) == (2, 16)
+    assert weights(resumed) != weights(one.lightning_module)
+
+
+class SeededRanks(RankModel):
+    """Dropout that draws differently on each rank, so an exact resume needs every rank's generator states."""
+
+    def on_train_start(self) -> None:
+        torch.manual_seed(100 + self.global_rank)
+
+
+def test_exact_mid_epoch_resume_with_two_ranks(tmp_path: Path) -> None:
+    every_two = L.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    uninterrupted = SeededRanks(dropout=0.5)
+    start = copy.deepcopy(uninterrupted)
+    shuffled = loader(4, shuffle=True)
+    _trainer(tmp_path, strategy="ddp_fork", devices=2, callbacks=[every_two]).fit(uninterrupted, shuffled)
+    mid_epoch = tmp_path / "ckpt" / "epoch=1-step=6.ckpt"  # batch 2 of the second epoch's 4
+    assert mid_epoch.is_file()
+
+    resumed = start
+    with warnings.catch_warnings():
+        # The forked ranks inherit this filter: the resume has no ModelCheckpoint, so its saved state is unused.
+        warnings.filterwarnings("ignore", message=".* holds state for callbacks that are not in this run")
+        _trainer(tmp_path / "resume", strategy="ddp_fork", devices=2).fit(resumed, shuffled, ckpt_path=mid_epoch)
+    assert weights(resumed) == weights(uninterrupted)  # bit-exact
+
+
+def _dumps(directory: Path) -> dict[int, Path]:
+    found = {int(p.name.split("-")[2].removeprefix("rank")): p for p in directory.rglob("state-history-rank*.json")}
+    return dict(sorted(found.items()))
+
+
+def test_a_rank_raising_at_a_random_step_ends_every_rank(tmp_path: Path) -> None:
+    step = random.randrange(1, 8)
+    began = time.monotonic()
+    command = [sys.executable, str(APP), str(tmp_path), "--strategy", "ddp", "--fail", f"1:{step}:raise"]
+    result = _run(command, cwd=tmp_path)
+    took = time.monotonic() - began
+    assert result.returncode != 0
+    assert took < ENDS_WITHIN, f"the run took {took:.1f}s to end after rank 1 failed at step {step}"
+    # rank 0 reports which rank failed first and its original error
+    assert f"rank 1 failed first: ValueError: injected failure at step {step}" in result.stderr
+    dumps = _dumps(tmp_path)
+    assert list(dumps) == [0, 1]
+    for rank, path in dumps.items():
+        history = load_history(path).records
+        assert (history[-1].trigger, history[-1].rank) == ("interrupt", rank)
+
+
+def test_a_sigkilled_rank_under_spawn_ends_the_run(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_spawn", devices=2)
+    began = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank 1 failed first: the process was killed by SIGKILL") as info:
+        trainer.fit(RankModel(fail=(1, 3, "kill")), loader(4))
+    assert time.monotonic() - began < ENDS_WITHIN + 15  # plus starting two interpreters
+    assert info.value.rank == 1
+    assert list(_dumps(tmp_path)) == [0]  # the killed rank could not write one
+
+
+# ---- samplers (no processes needed) -------------------------------------------------------------------------
+
+
+def test_distributed_samplers_keep_shuffle_split_predict_without_repeats_and_leave_users_own() -> None:
+    shuffled = samplers.distribute(DataLoader(dataset(), batch_size=4, shuffle=True), "train", 2, 1)
+    assert isinstance(shuffled.sampler, DistributedSampler) and shuffled.sampler.shuffle
+    assert (shuffled.sampler.num_replicas, shuffled.sampler.rank, shuffled.batch_size) == (2, 1, 4)
+    ordered = samplers.distribute({"a": loader(4)}, "val", 2, 0)["a"]
+    assert isinstance(ordered.sampler, DistributedSampler) and not ordered.sampler.shuffle
+    shares = [list(samplers.distribute(loader(3, samples=5), "predict", 2, rank).sampler) for rank in (0, 1)]
+    assert shares == [[0, 2, 4], [1, 3]]
+    own = DataLoader(dataset(), sampler=DistributedSampler(dataset(), 4, 3, shuffle=False))
+    assert samplers.distribute(own, "train", 2, 0) is own
+    custom = DataLoader(dataset(), sampler=list(reversed(range(32))))
+    split = [list(samplers.distribute(custom, "train", 2, rank).sampler) for rank in (0, 1)]
+    assert split == [list(range(31, -1, -2)), list(range(30, -1, -2))]
+    assert isinstance(loader(4).sampler, SequentialSampler) and isinstance(shuffled, DataLoader)
+    assert not isinstance(shuffled.sampler, RandomSampler)
+
+
+# ---- history diff across ranks ------------------------------------------------------------------------------
+
+
+def test_history_diff_reports_the_first_transition_where_two_dumps_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = []
+    for epochs in (1, 2):
+        trainer = _trainer(tmp_path / str(epochs), max_epochs=epochs, enable_checkpointing=False)
+        trainer.fit(RankModel(), loader(16))
+        paths.append(trainer.dump_history(tmp_path / f"history-{epochs}.json"))
+    assert history_main(["diff", paths[0], paths[0]]) == 0
+    assert "same transitions" in capsys.readouterr().out
+    assert history_main(["diff", *paths]) == 1
+    report = capsys.readouterr().out
+    # one epoch stops at the boundary after the first epoch; two epochs go on into the second there instead
+    assert "first difference" in report
+    stop = "epoch_boundary: fitting.training -> finished [fit_done]"
+    assert f"'epoch_boundary' in fitting.training -> {stop} (epoch 1, step 2)" in report
+    go_on = "epoch_boundary: fitting.training -> fitting.training [not fit_done]"
+    assert f"'epoch_boundary' in fitting.training -> {go_on} (epoch 1, step 2)" in report
+
+
+# ---- cluster environments (read from variables; nothing is launched) ------------------------------------------
+
+
+def test_torchrun_variables_are_recognised_and_read() -> None:
+    env = {"RANK": "3", "GROUP_RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
+    found = environments.detect(env)
+    assert isinstance(found, environments.TorchElasticEnvironment) and found.creates_processes_externally
+    assert (found.global_rank(), found.local_rank(), found.node_rank(), found.world_size()) == (3, 1, 1, 4)
+    assert (found.main_address, found.main_port) == ("127.0.0.1", 29400)
+
+
+def test_slurm_variables_give_ranks_the_first_node_and_a_port_from_the_job_id() -> None:
+    env = {
+        "SLURM_NTASKS": "8",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "2",
+        "SLURM_JOB_ID": "1234567",
+        "SLURM_NODELIST": "gpu[003-005,010],cpu1",
+        "SLURM_JOB_NAME": "train",
+    }
+    found = environments.detect(env)
+    assert isinstance(found, environments.SLURMEnvironment) and found.creates_processes_externally
+    assert (found.global_rank(), found.local_rank(), found.node_rank(), found.world_size()) == (5, 1, 2, 8)
+    assert found.main_address == "gpu003"
+    assert found.main_port == 15000 + 4567  # every task derives the same port without talking
+    # an interactive allocation (salloc, then python) is a plain local run
+    assert isinstance(environments.detect(env | {"SLURM_JOB_NAME": "bash"}), environments.LightningEnvironment)
+    assert environments.first_hostname("node7") == "node7"
+
+
+def test_a_plain_run_is_local_and_a_relaunched_child_joins() -> None:
+    plain = environments.detect({})
+    assert isinstance(plain, environments.LightningEnvironment) and not plain.creates_processes_externally
+    assert plain.main_address == "127.0.0.1"
+    child = environments.detect({environments.LAUNCHED_MARKER: "1", "LOCAL_RANK": "1", "RANK": "1"})
+    assert child.creates_processes_externally and (child.local_rank(), child.global_rank()) == (1, 1)
+    with pytest.raises(ValueError, match="LOCAL_RANK='x' must be an integer"):
+        environments.LightningEnvironment({"LOCAL_RANK": "x"}).local_rank()
+
+
+def test_a_strategy_refuses_a_world_the_launcher_did_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    strategy = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False).strategy
+    assert strategy.launcher is None  # torchrun started the processes
+    with pytest.raises(ValueError, match="started 3 processes, but the Trainer asks for devices=2"):
+        strategy.setup_environment()
+
+
+def test_one_process_collectives_are_identities() -> None:
+    strategy = L.Trainer(accelerator="cpu", devices=1, logger=False).strategy
+    assert strategy.reduce_boolean_decision(True, all=True) and not strategy.reduce_boolean_decision(False, all=False)
+    assert strategy.check_same("fit: idle -> fitting.setup") is None
+    assert strategy.all_gather_object({"a": 1}) == [{"a": 1}]
+    value = torch.tensor([1.0, 2.0])
+    assert strategy.all_gather(value) is value and strategy.reduce(value, reduce_op="sum") is value
+
+
+# ---- SLURM auto-requeue -------------------------------------------------------------------------------------
+
+
+class RequeuedModel(RankModel):
+    """SLURM sends the requeue signal after the second optimizer step."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_step == 2 and not getattr(self, "signalled", False):
+            self.signalled = True
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+class StartStep(RankModel):
+    def on_train_start(self) -> None:
+        self.start_step = self.global_step
+
+
+def test_slurm_requeue_signal_saves_an_hpc_checkpoint_requeues_and_the_next_run_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slurm = {"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    slurm |= {"SLURM_JOB_ID": "4242", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_NAME": "train"}
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    stand_in = tmp_path / "bin" / "scontrol"  # records its arguments instead of talking to SLURM
+    stand_in.parent.mkdir()
+    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}")
+    root = tmp_path / "run"
+
+    first = _trainer(root, max_epochs=1, enable_checkpointing=False)
+    with pytest.raises(ValueError, match=r'ckpt_path="hpc"\) is set but no hpc_ckpt_<n>.ckpt was found'):
+        first.fit(RankModel(), loader(4), ckpt_path="hpc")
+    first.fit(RequeuedModel(), loader(4))
+    assert (tmp_path / "scontrol.calls").read_text() == "requeue 4242\n"
+    saved = torch.load(root / "hpc_ckpt_1.ckpt", weights_only=False)
+    assert saved["global_step"] == 2
+
+    requeued = _trainer(root, max_epochs=1, enable_checkpointing=False)
+    resumed = StartStep()
+    requeued.fit(resumed, loader(4))  # ckpt_path=None under SLURM with an hpc checkpoint: resume from it
+    assert resumed.start_step == 2 and requeued.global_step == 8
+
+
+# ---- collectives across two real ranks ------------------------------------------------------------------------
+
+
+def _agree(strategy: Any) -> dict[str, Any]:
+    rank = strategy.global_rank
+    return {
+        "any": strategy.reduce_boolean_decision(rank == 1, all=False),
+        "all": strategy.reduce_boolean_decision(rank == 1, all=True),
+        "same": strategy.check_same("fit: idle -> fitting.setup"),
+        "differ": strategy.check_same(f"edge taken by rank {rank}"),
+        "broadcast": strategy.broadcast(f"from rank {rank}", src=1),
+        "objects": strategy.all_gather_object(rank * 10),
+        "sum": strategy.reduce(torch.tensor(rank + 1.0), reduce_op="sum").item(),
+        "uneven_max": strategy.reduce(torch.tensor(rank * 3), reduce_op="max").item(),
+    }
+
+
+def test_decisions_and_checks_agree_across_two_ranks() -> None:
+    strategy = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", logger=False).strategy
+    result = strategy.launcher.launch(_agree, strategy)
+    assert result == {
+        "any": True,
+        "all": False,
+        "same": None,
+        "differ": ["edge taken by rank 0", "edge taken by rank 1"],
+        "broadcast": "from rank 1",
+        "objects": [0, 10],
+        "sum": 3.0,
+        "uneven_max": 3,
+    }
+
+
+class SkipsSanityOnRankOne(RankModel):
+    def setup(self, stage: str) -> None:
+        if self.global_rank == 1:
+            self.trainer.num_sanity_val_steps = 0
+
+
+def test_check_ranks_switch_names_each_ranks_edge_when_ranks_diverge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHECK_RANKS_VARIABLE, "1")
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, num_sanity_val_steps=2)
+    with pytest.raises(RankFailedError) as info:
+        trainer.fit(SkipsSanityOnRankOne(), loader(4), loader(4))
+    message = str(info.value)
+    assert "RankDivergenceError: ranks took different transitions" in message
+    assert "rank 0: begin: fitting.setup -> fitting.sanity_checking [should_sanity_check]" in message
+    assert "rank 1: begin: fitting.setup -> fitting.train_setup [not should_sanity_check]" in message
+
+
+def test_sync_batchnorm_converts_under_ddp_and_is_refused_for_one_process() -> None:
+    strategy = L.Trainer(accelerator="cpu", devices=1, strategy="ddp", sync_batchnorm=True, logger=False).strategy
+    module = strategy.setup_module(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
+    assert isinstance(module[1], torch.nn.SyncBatchNorm)
+    with pytest.raises(L.MisconfigurationException, match="sync_batchnorm=True needs a multi-process strategy"):
+        L.Trainer(accelerator="cpu", devices=1, sync_batchnorm=True)
+
+
+class RecordsIndices(RankModel):
+    """Writes, per rank, the sample indices each epoch trained on."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.seen: dict[int, list[int]] = {}
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen.setdefault(self.current_epoch, []).extend(batch[2].tolist())
+        return super().training_step(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(self.seen))
+
+
+@pytest.mark.parametrize("use_distributed_sampler", [True, False])
+def test_each_rank_reads_its_share_reshuffled_every_epoch_unless_switched_off(
+    tmp_path: Path, use_distributed_sampler: bool
+) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, use_distributed_sampler=use_distributed_sampler)
+    trainer.fit(RecordsIndices(tmp_path), loader(4, shuffle=True))
+    first, second = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    for epoch in ("0", "1"):
+        if use_distributed_sampler:
+            assert sorted(first[epoch] + second[epoch]) == list(range(32))  # disjoint halves, together all
+        else:
+            assert sorted(first[epoch]) == sorted(second[epoch]) == list(range(32))  # loaders untouched
+    if use_distributed_sampler:
+        assert first["0"] != first["1"]  # set_epoch: a new order each epoch
