@@ -67,6 +67,7 @@ class FitLoop:
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
+        self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
         self._training: Iterator[str | None] | None = None
@@ -209,6 +210,7 @@ class FitLoop:
         replay_from = self.epoch_start_rng if continues and saved is not None else None
         if saved is not None and replay_from is None:
             rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
+        self.multi_process = trainer.world_size > 1
         self.automatic = module_of(trainer).automatic_optimization
         if not continues and self._train_reload_due():
             self.load_train_data()
@@ -338,6 +340,8 @@ class FitLoop:
 
     def _post_batch(self) -> None:
         trainer = self.trainer
+        if self.multi_process:
+            self._agree_on_stopping()
         if self.automatic and self.stepped_this_batch and trainer._optimization.lr_scheduler_configs:
             trainer._optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
         if self.stepped_this_batch:
@@ -348,6 +352,14 @@ class FitLoop:
         self.total_batch_idx += 1
         if trainer.received_sigterm and not epoch_training_done(trainer):
             raise SIGTERMException()
+
+    def _agree_on_stopping(self) -> None:
+        """`should_stop` and a SIGTERM are one flag for the whole run: set on any rank, every rank sees it after
+        this batch, so all ranks take the same edges and stop at the same batch (one small collective)."""
+        trainer = self.trainer
+        flags = torch.tensor([float(trainer.should_stop), float(trainer.received_sigterm)])
+        agreed = trainer.strategy.reduce(flags.to(trainer.strategy.root_device), reduce_op="max")
+        trainer.should_stop, trainer.received_sigterm = bool(agreed[0]), bool(agreed[1])
 
     def _end_epoch(self) -> None:
         trainer = self.trainer

@@ -451,3 +451,21 @@ def test_each_rank_reads_its_share_reshuffled_every_epoch_unless_switched_off(
             assert sorted(first[epoch]) == sorted(second[epoch]) == list(range(32))  # loaders untouched
     if use_distributed_sampler:
         assert first["0"] != first["1"]  # set_epoch: a new order each epoch
+
+
+class StopsOnRankOne(RankModel):
+    """Only rank 1's code sets should_stop, at its third batch."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_rank == 1 and self.global_step == 3:
+            self.trainer.should_stop = True
+
+
+def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=5)
+    trainer.fit(StopsOnRankOne(), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
+    # Rank 0's history (handed back to this process): both ranks left the epoch after the batch that set it,
+    # else rank 0 would have gone on and waited for rank 1 in a collective.
+    stop = trainer.history[-1]
+    assert (stop.trigger, stop.dest, stop.epoch, stop.global_step) == ("epoch_boundary", "finished", 1, 3)
+    assert stop.guards[-1].reason == "should_stop was set"
