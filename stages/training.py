@@ -8,7 +8,6 @@ carries on from that batch.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -21,6 +20,7 @@ import torch
 from torch import Tensor
 
 from stages import data, rng
+from stages.dataloader_iter import takes_dataloader_iter, training_steps
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
@@ -62,6 +62,7 @@ class FitLoop:
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
+        self.fetches_itself = False  # training_step takes `dataloader_iter`
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
         self._training: Iterator[str | None] | None = None
@@ -121,10 +122,7 @@ class FitLoop:
             self.num_training_batches = 0
             self._train_loader = ()
             return
-        if "dataloader_iter" in inspect.signature(trainer.lightning_module.training_step).parameters:
-            raise MisconfigurationException(
-                "training_step(self, dataloader_iter) is not supported yet; take (batch, batch_idx) instead"
-            )
+        self.fetches_itself = takes_dataloader_iter(trainer.lightning_module.training_step)
         loader = data.train_loader(data.request(trainer, "train"))
         self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
@@ -232,8 +230,11 @@ class FitLoop:
             profiler=trainer._active_profiler,
             action="train_dataloader_next",
         )
+        run_batch = self._run_batch
+        if self.fetches_itself:
+            batches, run_batch = training_steps(self, batches)
         for batch_idx, batch, is_last in batches:
-            if not self._run_batch(batch_idx, batch, is_last):
+            if not run_batch(batch_idx, batch, is_last):
                 break
             if poll("val_check"):
                 yield None
