@@ -32,7 +32,7 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
     dataloader_idx)`. It remembers the batch it handed out last and knows when the data has run out (`done`)
     as soon as the last batch is handed out, without fetching further within a source."""
 
-    def __init__(self, sources: Iterator[Iterator[Fetched]], on_fetch: Callable[[Any, int], None]) -> None:
+    def __init__(self, sources: Iterator[Iterator[Fetched]], on_fetch: Callable[[Any, int, int], None]) -> None:
         self._sources = enumerate(sources)
         self._on_fetch = on_fetch
         self._batches: Iterator[Fetched] = iter(())
@@ -64,7 +64,7 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
         batch_idx, batch, is_last = fetched
         self.batch, self.batch_idx, self.dataloader_idx = batch, batch_idx, self._source_idx
         self.fetched += 1
-        self._on_fetch(batch, self._source_idx)
+        self._on_fetch(batch, batch_idx, self._source_idx)
         if is_last:
             self._open_next_source()
         return batch, batch_idx, self.dataloader_idx
@@ -73,13 +73,18 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
 # ---- training -------------------------------------------------------------------------------------------
 
 
-def training_steps(loop: Any, batches: Iterator[Fetched]) -> tuple[Iterator[tuple[int, Any, bool]], Callable]:
+def training_steps(
+    loop: Any, batches: Iterator[Fetched], start: int
+) -> tuple[Iterator[tuple[int, Any, bool]], Callable]:
     """The epoch's step calls, in the shape the epoch loop iterates (index, what the step gets, is_last), and
-    the function that runs one."""
+    the function that runs one. `batches` start at the loader position `start`; the loop keeps the position,
+    which a mid-epoch checkpoint saves."""
     metrics = loop.trainer._metrics
+    loop.fetched_in_epoch = start
 
-    def on_fetch(batch: Any, _: int) -> None:
+    def on_fetch(batch: Any, batch_idx: int, _: int) -> None:
         metrics.current_batch = batch  # self.log infers the batch size from the batch the step fetched
+        loop.fetched_in_epoch = batch_idx + 1
 
     fetcher = DataloaderIter(iter((batches,)), on_fetch)
     return _step_calls(fetcher, loop.batch_progress.current.completed), partial(run_training_step, loop)
@@ -101,6 +106,7 @@ def run_training_step(loop: Any, step_idx: int, fetcher: DataloaderIter, is_last
     loop.batch_idx, loop.is_last_batch = step_idx, is_last
     progress.increment_ready()
     progress.is_last_batch = is_last
+    trainer._metrics.current_batch = fetcher.batch
     hooks.callbacks("on_train_batch_start", fetcher.batch, fetcher.batch_idx)
     if hooks.module("on_train_batch_start", fetcher.batch, fetcher.batch_idx) == -1:
         loop.is_last_batch = True

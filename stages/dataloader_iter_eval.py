@@ -20,7 +20,7 @@ def _fetcher(trainer: Any, loaders: list[Any], counts: list[int | float], kind: 
     metrics = trainer._metrics
     action = f"{kind}_dataloader_next"
 
-    def on_fetch(batch: Any, dataloader_idx: int) -> None:
+    def on_fetch(batch: Any, _: int, dataloader_idx: int) -> None:
         # self.log in the step infers the batch size from, and files its value under, what the step fetched
         if kind != "predict":
             metrics.current_batch = batch
@@ -54,6 +54,7 @@ def evaluate_fetching(
     batch_start, step, batch_end = f"on_{noun}_batch_start", f"{noun}_step", f"on_{noun}_batch_end"
     while not fetcher.done:
         progress.increment_ready()
+        trainer._metrics.current_batch = fetcher.batch
         args = _hook_args(fetcher, len(loaders))
         hooks.callbacks(batch_start, *args)
         hooks.module(batch_start, *args)

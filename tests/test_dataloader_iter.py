@@ -204,3 +204,30 @@ def test_sanity_check_caps_what_the_validation_step_can_fetch(tmp_path: Any) -> 
         model, make_loader(), make_loader()
     )
     assert model.fetched["validation"] == [(0, 0), (1, 0), (0, 0), (1, 0), (2, 0)]
+
+
+def test_mid_epoch_resume_continues_at_the_next_batch_the_step_has_not_fetched(tmp_path: Any) -> None:
+    def shuffled() -> DataLoader:
+        return DataLoader(make_loader(n=64).dataset, batch_size=8, shuffle=True)
+
+    torch.manual_seed(0)
+    uninterrupted = FetchesTwo()
+    quiet_trainer(tmp_path / "full", max_epochs=2, limit_val_batches=0).fit(uninterrupted, shuffled())
+
+    torch.manual_seed(0)
+    first = FetchesTwo()
+    saves = L.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_train_steps=3, save_top_k=-1)
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_val_batches=0, enable_checkpointing=True, callbacks=[saves])
+    trainer.fit(first, shuffled())
+    resumed = FetchesTwo()
+    # saved after the second step of epoch 1: the step had fetched four batches of that epoch
+    saves_again = L.ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_train_steps=3, save_top_k=-1)
+    trainer = quiet_trainer(
+        tmp_path, max_epochs=2, limit_val_batches=0, enable_checkpointing=True, callbacks=[saves_again]
+    )
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        trainer.fit(resumed, shuffled(), ckpt_path=tmp_path / "ckpts" / "epoch=1-step=6.ckpt")
+    assert resumed.fetched == [(4, 0), (5, 0), (6, 0), (7, 0)]
+    assert resumed.ends == [5, 7]
+    for name, value in uninterrupted.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
