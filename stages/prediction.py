@@ -74,7 +74,7 @@ def _predict(
         record.epoch_batch_indices = [[] for _ in loaders]
         if takes_dataloader_iter(trainer.lightning_module.predict_step):
             predict_fetching(trainer, loaders, counts, outputs, keep)
-            counts = []  # the step fetched every batch itself
+            counts = []  # the step has fetched every batch itself: none is left for the loop below
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
             for batch_idx, batch, _ in data.fetch(
                 loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"
