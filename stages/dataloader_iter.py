@@ -124,6 +124,9 @@ def run_training_step(loop: Any, step_idx: int, fetcher: DataloaderIter, is_last
     loop.is_last_batch = progress.is_last_batch = fetcher.done or ran_out
     progress.increment_processed()
     loop._step_schedulers(step_idx, loop.is_last_batch)
+    if ran_out and loop.automatic:
+        # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still step once.
+        trainer._optimization.step_schedulers("epoch", loop.current_epoch + 1, plateau=False)
     if not ran_out:
         hooks.callbacks("on_train_batch_end", outputs, fetcher.batch, fetcher.batch_idx)
         hooks.module("on_train_batch_end", outputs, fetcher.batch, fetcher.batch_idx)

@@ -84,6 +84,19 @@ def test_step_running_into_the_end_of_the_data_ends_the_epoch(tmp_path: Any) -> 
     assert [epoch for epoch, _ in model.validations] == [0, 1]  # but its epoch still validates
 
 
+def test_epoch_schedulers_step_once_per_epoch_also_when_the_last_step_ran_out(tmp_path: Any) -> None:
+    class Scheduled(FetchesTwo):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)]
+
+    for batches in (40, 64):  # the last step runs out of data, or fetches the last two batches exactly
+        model = Scheduled()
+        trainer = quiet_trainer(tmp_path, max_epochs=3, limit_val_batches=0)
+        trainer.fit(model, make_loader(n=batches))
+        assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**3)
+
+
 def test_limit_train_batches_caps_what_the_step_can_fetch(tmp_path: Any) -> None:
     model = FetchesTwo(per_step=1)
     trainer = quiet_trainer(tmp_path, limit_train_batches=3, limit_val_batches=0)
