@@ -118,7 +118,7 @@ class GAN(pl.LightningModule):
         return [optimizer_g, optimizer_d], []
 
     def on_train_epoch_end(self) -> None:
-        samples = self(self.validation_z.type_as(self.generator.model[0].weight))
+        samples = self(self.validation_z.to(self.device))
         self.logger.experiment.add_images("generated_images", (samples + 1) / 2, self.current_epoch)
 
 

@@ -30,7 +30,7 @@ class FetchesTwo(TinyModel):
         self.validations: list[tuple[int, int]] = []
         self.transfers = 0
 
-    def training_step(self, dataloader_iter: Any) -> torch.Tensor:
+    def training_step(self, dataloader_iter: Any) -> torch.Tensor:  # type: ignore[override]
         losses = []
         for _ in range(self.per_step):
             (x, y), batch_idx, dataloader_idx = next(dataloader_iter)
@@ -148,7 +148,7 @@ def test_manual_optimization_with_dataloader_iter(tmp_path: Any) -> None:
             super().__init__()
             self.automatic_optimization = False
 
-        def training_step(self, dataloader_iter: Any) -> None:
+        def training_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
             optimizer = self.optimizers()
             (x, y), _, _ = next(dataloader_iter)
             optimizer.zero_grad()
@@ -176,18 +176,18 @@ class EvalFetching(TinyModel):
         self.fetched[kind].append((batch_idx, dataloader_idx))
         return batch[0], batch[1]
 
-    def validation_step(self, dataloader_iter: Any) -> None:
+    def validation_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
         x, y = self._next("validation", dataloader_iter)
         self.log("val_loss", nn.functional.cross_entropy(self(x), y))
 
     def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.val_ends.append((batch_idx, dataloader_idx))
 
-    def test_step(self, dataloader_iter: Any) -> None:
+    def test_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
         x, y = self._next("test", dataloader_iter)
         self.log("test_acc", (self(x).argmax(1) == y).float().mean())
 
-    def predict_step(self, dataloader_iter: Any) -> torch.Tensor:
+    def predict_step(self, dataloader_iter: Any) -> torch.Tensor:  # type: ignore[override]
         x, _ = self._next("predict", dataloader_iter)
         return self(x).argmax(1)
 
