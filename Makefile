@@ -29,6 +29,7 @@ diagrams: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/overhead.py

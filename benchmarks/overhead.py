@@ -10,7 +10,8 @@ pre-built batches. Configurations:
   2-batch validation at the epoch end, which the plain loop runs too.
 
 After a warm-up of each, trainer and plain runs alternate for `--rounds` rounds; the table shows medians and the
-ratio of medians trainer/plain. `--log-calls` times `self.log` itself: N calls inside one training step.
+ratio of medians trainer/plain. `--log-calls N` times `self.log` itself (N calls inside one training step) and
+the per-batch poll of the machine (`Flow.poll("val_check")`, N calls).
 
     python benchmarks/overhead.py [--steps 1280] [--rounds 9] [--configs off,log,defaults] [--json PATH]
 """
@@ -182,6 +183,47 @@ def time_log_calls(calls: int, root: str) -> dict[str, float]:
     return result
 
 
+class PollTimer(LogTimer):
+    """Times `calls` polls of the table's `val_check` candidates mid-epoch, with validation enabled (the guard
+    walks Lightning's rules and says no): the per-batch cost of asking the machine."""
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        loss = MLPModule.training_step(self, batch, batch_idx)
+        if batch_idx == 3:
+            poll = self.trainer._flow.poll
+            start = time.perf_counter()
+            for _ in range(self.calls):
+                poll("val_check")
+            self.seconds = time.perf_counter() - start
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self.net(x), y))
+
+    def val_dataloader(self) -> PrebuiltBatches:
+        return make_batches(2, seed=2)
+
+
+def time_polls(calls: int, root: str) -> float:
+    """Microseconds per `Flow.poll("val_check")` that finds no passing candidate (the common case)."""
+    samples = []
+    for _ in range(3):
+        model = PollTimer(make_batches(8, seed=1), calls)
+        trainer = L.Trainer(
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            default_root_dir=root,
+        )
+        trainer.fit(model)
+        samples.append(model.seconds / calls * 1e6)
+    return statistics.median(samples)
+
+
 def timed(run: Callable[[], int]) -> tuple[float, int]:
     gc.collect()
     start = time.perf_counter()
@@ -253,6 +295,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             per_call = time_log_calls(args.log_calls, root)
             result["self_log_us_per_call"] = per_call
             print("self.log in training_step, us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in per_call.items()))
+            result["poll_us_per_call"] = poll = time_polls(args.log_calls, root)
+            print(f"Flow.poll('val_check') per batch, no candidate passing: {poll:.2f} us")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

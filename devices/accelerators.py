@@ -113,7 +113,7 @@ class CUDAAccelerator(Accelerator):
             if available == 0:
                 raise ValueError(f"devices={devices!r} asks for every CUDA device, but none is visible")
             return list(range(available))
-        indices = list(range(requested)) if isinstance(requested, int) else requested
+        indices = list(range(requested)) if isinstance(requested, int) else [int(index) for index in requested]
         if len(set(indices)) != len(indices):
             raise ValueError(f"devices={devices!r} names a CUDA device more than once; indices must be unique")
         missing = [index for index in indices if index >= available]

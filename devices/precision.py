@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -59,12 +59,15 @@ class StepClosure:
         return result
 
 
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
 class Precision:
     """Full 32-bit precision: the module and its arithmetic stay as PyTorch made them."""
 
     name: str = "32-true"
 
-    def convert_module(self, module: nn.Module) -> nn.Module:
+    def convert_module(self, module: ModuleT) -> ModuleT:
         return module
 
     def convert_input(self, data: Any) -> Any:
@@ -189,7 +192,7 @@ class _TruePrecision(Precision):
 
     dtype: torch.dtype
 
-    def convert_module(self, module: nn.Module) -> nn.Module:
+    def convert_module(self, module: ModuleT) -> ModuleT:
         return module.to(dtype=self.dtype)
 
     def convert_input(self, data: Any) -> Any:

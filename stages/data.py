@@ -5,22 +5,26 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, RandomSampler
 
 from stages.combined_loader import CombinedLoader
+from stages.contract import run_of
 from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
+
 KINDS = ("train", "val", "test", "predict")
 
 
-def has_source(trainer: Any, kind: str) -> bool:
+def has_source(trainer: TrainerView, kind: str) -> bool:
     """Whether a loader for `kind` exists: passed to the entry point, or a DataModule or module hook."""
-    if trainer._run.loaders.get(kind) is not None:
+    if run_of(trainer).loaders.get(kind) is not None:
         return True
     hook = f"{kind}_dataloader"
     datamodule = trainer.datamodule
@@ -29,9 +33,9 @@ def has_source(trainer: Any, kind: str) -> bool:
     return is_overridden(hook, trainer.lightning_module, LightningModule)
 
 
-def request(trainer: Any, kind: str) -> Any:
+def request(trainer: TrainerView, kind: str) -> Any:
     """Get the loader(s) for `kind`: the entry point's argument wins, then the DataModule, then the module."""
-    given = trainer._run.loaders.get(kind)
+    given = run_of(trainer).loaders.get(kind)
     if given is not None:
         return given
     hook = f"{kind}_dataloader"
@@ -90,7 +94,7 @@ def length(loader: Any) -> int | None:
 
 
 def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int | float:
-    """Batches per loader under a `limit_*_batches` value (reference 3.6); a CombinedLoader's limit applies to
+    """Batches per loader under a `limit_*_batches` value; a CombinedLoader's limit applies to
     each of its iterables."""
     if isinstance(loader, CombinedLoader):
         loader.limits = [limited_batches(member, limit, flag) for member in loader.flattened]
@@ -160,7 +164,7 @@ def fetch(
 
     A resumed epoch continues its count at `start`. With `positioned`, the `start` batches it already ran are drawn
     from the loader and dropped, and `positioned()` runs once the next batch is in hand, where the saving run stood
-    (reference 9.4). Without it the loader starts over and only the remaining number runs (Lightning's rule).
+    (exact resume). Without it the loader starts over and only the remaining number runs (Lightning's rule).
     With a `profiler`, every `next` on the loader is timed as `action` (decided here once per epoch).
     """
     if num_batches <= start:
@@ -209,8 +213,8 @@ class _ProfiledIterator:
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
-def transfer(trainer: Any, batch: Any, dataloader_idx: int) -> Any:
-    """The three transfer hooks (reference 5, `T`); a DataModule's override wins over the module's."""
+def transfer(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:
+    """The three transfer hooks; a DataModule's override wins over the module's."""
     hooks = trainer._hooks
     datamodule = trainer.datamodule
     device = trainer.strategy.root_device
@@ -262,5 +266,6 @@ def set_sampler_epoch(loader: Any, epoch: int) -> None:
             getattr(member, "sampler", None),
             getattr(getattr(member, "batch_sampler", None), "sampler", None),
         ):
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if set_epoch is not None:
+                set_epoch(epoch)

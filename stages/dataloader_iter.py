@@ -12,7 +12,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stages.training import FitLoop
 
 ITERATOR_PARAMETER = "dataloader_iter"
 
@@ -74,7 +77,7 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
 
 
 def training_steps(
-    loop: Any, batches: Iterator[Fetched], start: int
+    loop: FitLoop, batches: Iterator[Fetched], start: int
 ) -> tuple[Iterator[tuple[int, Any, bool]], Callable]:
     """The epoch's step calls, in the shape the epoch loop iterates (index, what the step gets, is_last), and
     the function that runs one. `batches` start at the loader position `start`; the loop keeps the position,
@@ -97,7 +100,7 @@ def _step_calls(fetcher: DataloaderIter, start: int) -> Iterator[tuple[int, Data
         step_idx += 1
 
 
-def run_training_step(loop: Any, step_idx: int, fetcher: DataloaderIter, is_last: bool) -> bool:
+def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter, is_last: bool) -> bool:
     """One `training_step(dataloader_iter)` with its batch hooks; False when `on_train_batch_start` returned -1.
     The loop's own counters (accumulation, schedulers, `val_check_interval`) count step calls."""
     trainer = loop.trainer

@@ -8,15 +8,18 @@ batch the step fetched. A step that runs into the end of the data (StopIteration
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages import data
 from stages.dataloader_iter import DataloaderIter, Fetched
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
 
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
-def _fetcher(trainer: Any, loaders: list[Any], counts: list[int | float], kind: str) -> DataloaderIter:
+
+def _fetcher(trainer: TrainerView, loaders: list[Any], counts: list[int | float], kind: str) -> DataloaderIter:
     metrics = trainer._metrics
     action = f"{kind}_dataloader_next"
 
@@ -40,7 +43,7 @@ def _hook_args(fetcher: DataloaderIter, num_loaders: int) -> tuple[Any, ...]:
 
 
 def evaluate_fetching(
-    trainer: Any,
+    trainer: TrainerView,
     noun: str,
     kind: str,
     loaders: list[Any],
@@ -78,7 +81,7 @@ def evaluate_fetching(
 
 
 def predict_fetching(
-    trainer: Any, loaders: list[Any], counts: list[int | float], outputs: list[list[Any]], keep: bool
+    trainer: TrainerView, loaders: list[Any], counts: list[int | float], outputs: list[list[Any]], keep: bool
 ) -> None:
     """The batches of the predict loop when `predict_step` takes `dataloader_iter`; each prediction is kept
     under the loader of the last batch the step fetched."""

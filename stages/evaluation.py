@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stages import data
+from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
 from stages.dataloader_iter_eval import evaluate_fetching
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 _NOUN = {"val": "validation", "test": "test"}
 # Per-batch hook names, built once: no string formatting inside the batch loop.
@@ -21,7 +25,7 @@ _BATCH_HOOKS = {
 
 
 def evaluate(
-    trainer: Any,
+    trainer: TrainerView,
     kind: str,
     loaders: list[Any],
     num_batches: list[int | float],
@@ -36,7 +40,7 @@ def evaluate(
     noun = _NOUN[kind]
     hooks = trainer._hooks
     metrics = trainer._metrics
-    module = trainer.lightning_module
+    module = module_of(trainer)
     # The whole loop, its start and end hooks included, runs without autograd (inference mode outside fit).
     grad_mode = torch.inference_mode() if trainer.inference_mode and not in_fit else torch.no_grad()
     with grad_mode:
@@ -73,7 +77,7 @@ def evaluate(
 
 
 def _eval_batch(
-    trainer: Any,
+    trainer: TrainerView,
     noun: str,
     kind: str,
     batch: Any,
@@ -105,7 +109,7 @@ def _eval_batch(
 class FitValidation:
     """The validation loaders of a fit, requested once and reused by the sanity check and every validation."""
 
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         self.loaders: list[Any] | None = None
         self.num_batches: list[int | float] = []
@@ -130,6 +134,13 @@ class FitValidation:
         self.num_batches = [data.limited_batches(loader, limit, "limit_val_batches") for loader in self.loaders]
         trainer.num_val_batches = list(self.num_batches)
 
+    def current_loaders(self) -> list[Any]:
+        """The loaders, requested now if not yet in this fit or if a reload is due."""
+        if self.loaders is None or self.needs_loaders:
+            self.load_loaders()
+        assert self.loaders is not None
+        return self.loaders
+
     def teardown(self) -> None:
         self.loaders = None
         self.num_batches = []
@@ -138,37 +149,35 @@ class FitValidation:
         trainer = self.trainer
         trainer._metrics.reset_all()
         trainer._hooks.callbacks("on_sanity_check_start")
-        # Lightning's val loop requests its loaders when it runs, after `on_sanity_check_start` (reference 5.1)
-        if self.needs_loaders:
-            self.load_loaders()
+        # Lightning's val loop requests its loaders when it runs, after `on_sanity_check_start`
+        loaders = self.current_loaders()
         steps = trainer.num_sanity_val_steps
         capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
         trainer.num_sanity_val_batches = capped
-        evaluate(trainer, "val", self.loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True)
+        evaluate(trainer, "val", loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True)
         trainer._hooks.callbacks("on_sanity_check_end")
         return "sanity_check_done"
 
     def run(self) -> str:
         trainer = self.trainer
         loop = trainer.fit_loop
-        if self.needs_loaders:
-            self.load_loaders()
+        loaders = self.current_loaders()
         if loop.stepped_this_batch:
             trainer._hooks.module("on_validation_model_zero_grad")
-        evaluate(trainer, "val", self.loaders, self.num_batches, loop.val_progress, in_fit=True)
+        evaluate(trainer, "val", loaders, self.num_batches, loop.val_progress, in_fit=True)
         loop.last_val_end_time = time.monotonic()
         return "validation_done"
 
 
-def run_sanity_check(trainer: Any) -> str:
+def run_sanity_check(trainer: TrainerView) -> str:
     return trainer.fit_validation.run_sanity_check()
 
 
-def run_fit_validation(trainer: Any) -> str:
+def run_fit_validation(trainer: TrainerView) -> str:
     return trainer.fit_validation.run()
 
 
-def _run_standalone(trainer: Any, kind: str, progress: BatchProgress) -> str:
+def _run_standalone(trainer: TrainerView, kind: str, progress: BatchProgress) -> str:
     limit = trainer.limit_val_batches if kind == "val" else trainer.limit_test_batches
     requested = None if limit == 0 else data.request(trainer, kind)
     setattr(trainer, "val_dataloaders" if kind == "val" else "test_dataloaders", requested)
@@ -180,17 +189,18 @@ def _run_standalone(trainer: Any, kind: str, progress: BatchProgress) -> str:
     else:
         trainer.num_test_batches = counts
     results = evaluate(trainer, kind, loaders, counts, progress)
-    trainer._run.results = results
-    if trainer._run.verbose and trainer.is_global_zero and results:
+    run = run_of(trainer)
+    run.results = results
+    if run.verbose and trainer.is_global_zero and results:
         print(format_results(results, kind))
     return "finish"
 
 
-def run_validate(trainer: Any) -> str:
+def run_validate(trainer: TrainerView) -> str:
     return _run_standalone(trainer, "val", trainer.validate_progress)
 
 
-def run_test(trainer: Any) -> str:
+def run_test(trainer: TrainerView) -> str:
     return _run_standalone(trainer, "test", trainer.test_progress)
 
 

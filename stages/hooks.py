@@ -8,11 +8,14 @@ that actually do something.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages.callbacks.callback import Callback, Checkpoint
 from stages.callbacks.early_stopping import EarlyStopping
 from stages.module import NO_OP_HOOKS, LightningModule
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 # The step methods Lightning calls without `batch_idx` when their signature has no room for it.
 STEP_METHODS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
@@ -64,7 +67,7 @@ def is_monitoring(callback: Callback) -> bool:
 
 
 class HookRunner:
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         self._overriding: dict[str, list[Callback]] = {}
         self._module_plans: dict[str, int] = {}

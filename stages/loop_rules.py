@@ -7,23 +7,26 @@ after each batch, whether the running epoch ends. Both read `max_steps_reached` 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 _log = logging.getLogger(__name__)
 
 
-def minimums_met(trainer: Any) -> bool:
+def minimums_met(trainer: TrainerView) -> bool:
     """`min_epochs` and `min_steps` are met (a falsy minimum always is)."""
     epochs_ok = not trainer.min_epochs or trainer.current_epoch >= trainer.min_epochs
     steps_ok = not trainer.min_steps or trainer.global_step >= trainer.min_steps
     return epochs_ok and steps_ok
 
 
-def max_steps_reached(trainer: Any) -> bool:
+def max_steps_reached(trainer: TrainerView) -> bool:
     return trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
 
 
-def epoch_training_done(trainer: Any) -> bool:
+def epoch_training_done(trainer: TrainerView) -> bool:
     """After a batch: this epoch has no more training to do (its batches ran out, or max_steps is reached)."""
     loop = trainer.fit_loop
     if max_steps_reached(trainer):
@@ -31,7 +34,7 @@ def epoch_training_done(trainer: Any) -> bool:
     return loop.is_last_batch or loop.batch_progress.current.ready == loop.num_training_batches
 
 
-def epoch_should_end(trainer: Any) -> bool:
+def epoch_should_end(trainer: TrainerView) -> bool:
     """After a batch: the epoch ends when its training is done, or on `should_stop` once the minimums are met."""
     if epoch_training_done(trainer):
         return True

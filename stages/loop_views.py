@@ -3,9 +3,12 @@ trainer's own progress counters and loaders, so there is one source of truth."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages.progress import BatchProgress, Progress
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 _PROGRESS = {"val": "validate_progress", "test": "test_progress", "predict": "predict_progress"}
 _LOADERS = {"val": "val_dataloaders", "test": "test_dataloaders", "predict": "predict_dataloaders"}
@@ -15,7 +18,7 @@ _BATCHES = {"val": "num_val_batches", "test": "num_test_batches", "predict": "nu
 class EvaluationLoopView:
     """`trainer.validate_loop`, `trainer.test_loop` or `trainer.predict_loop`."""
 
-    def __init__(self, trainer: Any, kind: str) -> None:
+    def __init__(self, trainer: TrainerView, kind: str) -> None:
         if kind not in _PROGRESS:
             raise ValueError(f"loop kind {kind!r} is not one of {sorted(_PROGRESS)}")
         self._trainer = trainer

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from stages.exceptions import TrainerWarning
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 
 class NonFiniteLossCheck:
@@ -21,7 +24,7 @@ class NonFiniteLossCheck:
     `EarlyStopping(check_finite=True)`.
     """
 
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         self.warned = False
 

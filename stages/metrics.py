@@ -10,12 +10,15 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from stages.exceptions import MisconfigurationException
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 _STEP_HOOKS = frozenset(
     {
@@ -106,7 +109,7 @@ def _as_tensor(name: str, value: Any, keep_graph: bool) -> Tensor:
             value = value.detach()
         return value if value.is_floating_point() else value.float()
     if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
-        return torch.tensor(float(value))
+        return torch.tensor(float(value))  # type: ignore[arg-type]  # a real Number: int, float, Fraction, ...
     raise LogValueError(f"self.log({name!r}) got {type(value).__name__}; log a number or a scalar tensor")
 
 
@@ -188,7 +191,7 @@ class _Entry:
 
 
 class MetricsCollector:
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         # What each stage logged since its last reset, by name.
         self._buckets: dict[str, dict[str, _Entry]] = {"train": {}, "val": {}, "test": {}}
@@ -269,7 +272,7 @@ class MetricsCollector:
             bucket[name] = entry
         if step and tensor is not None:
             entry.step_value = tensor
-        if epoch and metric is None:
+        if epoch and metric is None and tensor is not None:
             entry.accumulate(tensor, batch_size if batch_size is not None else self._batch_size())
 
     def _batch_size(self) -> int:

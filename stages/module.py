@@ -52,7 +52,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         self.prepare_data_per_node = True
         self._example_input_array: Any = None
 
-    # ---- trainer views ----------------------------------------------------------------------------------
+    # ---- trainer views -----------------------------------------------------------------------------------------------
 
     @property
     def trainer(self) -> Any:
@@ -103,7 +103,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def loggers(self) -> list[Any]:
         return [] if self._trainer is None else self._trainer.loggers
 
-    # ---- logging ----------------------------------------------------------------------------------------
+    # ---- logging -----------------------------------------------------------------------------------------------------
 
     def log(
         self,
@@ -176,7 +176,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         if self._trainer is None or self._trainer.is_global_zero:
             print(*args, **kwargs)
 
-    # ---- optimization -----------------------------------------------------------------------------------
+    # ---- optimization ------------------------------------------------------------------------------------------------
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         wrapped = self.trainer._optimization.lightning_optimizers
@@ -278,7 +278,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def configure_model(self) -> None:
         """Create modules lazily, after setup (override it; called only when overridden)."""
 
-    # ---- steps ------------------------------------------------------------------------------------------
+    # ---- steps -------------------------------------------------------------------------------------------------------
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         raise MisconfigurationException(f"{type(self).__name__} must implement training_step() to be fit")
@@ -293,7 +293,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         batch = kwargs.get("batch", args[0] if args else None)
         return self(batch)
 
-    # ---- data hooks -------------------------------------------------------------------------------------
+    # ---- data hooks --------------------------------------------------------------------------------------------------
 
     def prepare_data(self) -> None:
         """Download or write data once per node (override it)."""
@@ -325,7 +325,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         return batch
 
-    # ---- mode hooks (reference 4 and 9.3) ---------------------------------------------------------------
+    # ---- mode hooks: eval before evaluation, train mode restored after -----------------------------------------------
 
     def on_validation_model_eval(self) -> None:
         self.trainer.model.eval()
@@ -356,7 +356,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
             if name in self._modes_before_eval:
                 module.training = self._modes_before_eval[name]
 
-    # ---- loop hooks (each does nothing by default; override the ones you need) ----------------------------
+    # ---- loop hooks (each does nothing by default; override the ones you need) ---------------------------------------
 
     def on_fit_start(self) -> None:
         """Called when fit begins, after setup and the checkpoint restore."""
@@ -449,7 +449,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def on_before_zero_grad(self, optimizer: Optimizer) -> None:
         """Called before the gradients are zeroed."""
 
-    # ---- checkpoint hooks -------------------------------------------------------------------------------
+    # ---- checkpoint hooks --------------------------------------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add keys to a checkpoint being saved (override it)."""
@@ -478,7 +478,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
             cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs
         )
 
-    # ---- export -----------------------------------------------------------------------------------------
+    # ---- export ------------------------------------------------------------------------------------------------------
 
     @torch.no_grad()
     def to_torchscript(

@@ -5,15 +5,19 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
 from devices.precision import StepClosure
+from stages.contract import module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loss_check import NonFiniteLossCheck
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 _SCHEDULER_KEYS = {
     "scheduler",
@@ -89,7 +93,7 @@ def _from_dict(config: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSched
 
 
 def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
-    """Every return form of `configure_optimizers` (reference, issue 3): optimizer, list, pair of lists, dicts."""
+    """Every return form of `configure_optimizers`: optimizer, list, pair of lists, dicts."""
     if isinstance(result, Optimizer):
         return [result], []
     if isinstance(result, Mapping):
@@ -130,7 +134,7 @@ class NoOptimizer(Optimizer):
     def __init__(self) -> None:
         super().__init__([torch.zeros(1)], {})
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return closure() if closure is not None else None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -171,7 +175,7 @@ class LightningOptimizer:
 class Optimization:
     """The trainer's optimizers and schedulers, and the backward and step paths both optimization modes share."""
 
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         self.optimizers: list[Optimizer] = []
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
@@ -217,7 +221,7 @@ class Optimization:
         trainer = self.trainer
         optimizer = wrapped.optimizer
 
-        module = trainer.lightning_module
+        module = module_of(trainer)
 
         def before_update() -> None:
             trainer._hooks.callbacks("on_before_optimizer_step", optimizer)

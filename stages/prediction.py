@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stages import data
 from stages.batch_indices import RecordingBatchSampler, recording
 from stages.callbacks.prediction_writer import BasePredictionWriter
+from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
 from stages.dataloader_iter_eval import predict_fetching
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 
 @dataclass
@@ -28,7 +32,7 @@ class PredictionRecord:
         return self.outputs[0] if len(self.outputs) == 1 else self.outputs
 
 
-def run_predict(trainer: Any) -> str:
+def run_predict(trainer: TrainerView) -> str:
     limit = trainer.limit_predict_batches
     trainer.predict_dataloaders = None if limit == 0 else data.request(trainer, "predict")
     loaders = data.as_list(trainer.predict_dataloaders)
@@ -43,13 +47,14 @@ def run_predict(trainer: Any) -> str:
     trainer.num_predict_batches = counts
     keep_for_writers = any(writer.interval.on_epoch for writer in writers)
     predictions = _predict(trainer, loaders, counts, recorders, keep_for_writers) if sum(counts) else []
-    if trainer._run.return_predictions:
-        trainer._run.predictions = predictions[0] if len(predictions) == 1 else predictions
+    run = run_of(trainer)
+    if run.return_predictions:
+        run.predictions = predictions[0] if len(predictions) == 1 else predictions
     return "finish"
 
 
 def _predict(
-    trainer: Any,
+    trainer: TrainerView,
     loaders: list[Any],
     counts: list[int | float],
     recorders: list[RecordingBatchSampler | None],
@@ -57,12 +62,12 @@ def _predict(
 ) -> list[list[Any]]:
     hooks = trainer._hooks
     progress = trainer.predict_progress
-    keep = trainer._run.return_predictions or keep_for_writers
+    keep = run_of(trainer).return_predictions or keep_for_writers
     record = trainer._prediction_record
     # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
-        trainer.lightning_module._record_modes()
+        module_of(trainer)._record_modes()
         hooks.module("on_predict_model_eval")
         hooks.callbacks("on_predict_start")
         hooks.module("on_predict_start")
@@ -72,7 +77,7 @@ def _predict(
         outputs: list[list[Any]] = [[] for _ in loaders]
         record.outputs = outputs
         record.epoch_batch_indices = [[] for _ in loaders]
-        if takes_dataloader_iter(trainer.lightning_module.predict_step):
+        if takes_dataloader_iter(module_of(trainer).predict_step):
             predict_fetching(trainer, loaders, counts, outputs, keep)
             counts = []  # the step has fetched every batch itself: none is left for the loop below
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):

@@ -1,4 +1,4 @@
-"""Loop progress counters, in Lightning's checkpoint layout (reference 7.2).
+"""Loop progress counters, in Lightning's checkpoint layout.
 
 Each progress has `total` (the whole run) and `current` (the epoch or run) counters; a batch or epoch advances
 ready -> started -> processed -> completed, so a checkpoint tells exactly where inside a step it was taken.
@@ -15,7 +15,12 @@ THREE = ("ready", "started", "completed")
 
 
 class Counts:
-    """Named integer counters, one per stage of a step."""
+    """Named integer counters, one per stage of a step (each instance has the ones it was made with)."""
+
+    ready: int
+    started: int
+    processed: int
+    completed: int
 
     def __init__(self, names: tuple[str, ...]):
         self.names = names

@@ -1,8 +1,8 @@
 """The random generators a run draws from: python `random`, numpy (if installed), torch CPU and every CUDA device.
 
 `capture` returns their states in a form `torch.load(weights_only=True)` accepts; `restore` sets them back. The sanity
-check uses them so it does not change training's draws (reference 2.2 step 10), checkpoints so a resume continues
-with the draws of an uninterrupted run (reference 9.4).
+check uses them so it does not change training's draws, checkpoints so a resume continues
+with the draws of an uninterrupted run.
 """
 
 from __future__ import annotations

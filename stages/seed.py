@@ -21,8 +21,8 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     try:
         import numpy
     except ImportError:
-        numpy = None
-    if numpy is not None:
+        pass  # numpy is optional: without it there is no numpy generator to seed
+    else:
         numpy.random.seed(seed)
     torch.manual_seed(seed)
     return seed

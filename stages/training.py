@@ -14,19 +14,24 @@ import time
 import warnings
 from collections.abc import Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from stages import data, rng
+from stages.contract import module_of
 from stages.dataloader_iter import takes_dataloader_iter, training_steps
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
+from stages.loop_views import TrainingEpochLoopView
 from stages.module import LightningModule
 from stages.progress import BatchProgress, Progress, step_progress, zero_grad_progress
 from stages.resume import CONTINUES_EPOCH, ResumePoint
+
+if TYPE_CHECKING:
+    from stages.contract import TrainerView
 
 _log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ class SIGTERMException(SystemExit):
 
 
 class FitLoop:
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         self.epoch_progress = Progress()
         self.batch_progress = BatchProgress()
@@ -67,6 +72,7 @@ class FitLoop:
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
         self._training: Iterator[str | None] | None = None
+        self.epoch_loop = TrainingEpochLoopView(self)  # Lightning's `fit_loop.epoch_loop`, for users' reads
 
     @property
     def train_loader(self) -> Any:
@@ -119,7 +125,7 @@ class FitLoop:
         trainer = self.trainer
         limit = trainer.limit_train_batches
         self._train_loaded_epoch = self.current_epoch
-        self.fetches_itself = takes_dataloader_iter(trainer.lightning_module.training_step)
+        self.fetches_itself = takes_dataloader_iter(module_of(trainer).training_step)
         if limit == 0 or not is_overridden("training_step", trainer.lightning_module, LightningModule):
             self.num_training_batches = 0
             self._train_loader = ()
@@ -163,6 +169,7 @@ class FitLoop:
                 )
             self.val_check_batch = math.inf
         else:
+            assert isinstance(interval, float)  # a time interval was handled first, an int above
             self.val_check_batch = max(1, int(self.num_training_batches * interval))
 
     def start_training(self) -> None:
@@ -170,7 +177,7 @@ class FitLoop:
         trainer = self.trainer
         if self.epoch_validates_at(self.current_epoch) and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
-        self.automatic = trainer.lightning_module.automatic_optimization
+        self.automatic = module_of(trainer).automatic_optimization
         trainer._hooks.callbacks("on_train_start")
         trainer._hooks.module("on_train_start")
         self._training = self._run_training()
@@ -201,7 +208,7 @@ class FitLoop:
         replay_from = self.epoch_start_rng if continues and saved is not None else None
         if saved is not None and replay_from is None:
             rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
-        self.automatic = trainer.lightning_module.automatic_optimization
+        self.automatic = module_of(trainer).automatic_optimization
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -427,9 +434,9 @@ def _outputs(output: Any, loss: Tensor | None) -> dict[str, Any]:
     return {"loss": loss.detach(), **extra}
 
 
-def run_train_setup(trainer: Any) -> str:
+def run_train_setup(trainer: TrainerView) -> str:
     return trainer.fit_loop.setup_data()
 
 
-def run_training(trainer: Any) -> str | None:
+def run_training(trainer: TrainerView) -> str | None:
     return trainer.fit_loop.run()

@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from stages import rng
+from stages.contract import module_of
 from stages.resume import ResumePoint
 from statemachine import checkpoint
 from statemachine.profilers.simple import SimpleProfiler
@@ -28,7 +29,7 @@ _ENTRY_TRIGGERS = frozenset({"fit", "validate", "test", "predict"})
 
 def connect_model(trainer: Trainer) -> None:
     """Attach the model and data of this run, so hooks and dataloader resolution can see them."""
-    run = trainer._run
+    run = trainer._live_run()
     trainer._connect(run.model, run.datamodule)
 
 
@@ -42,7 +43,7 @@ def setup_profiler(trainer: Trainer) -> None:
     profiler = trainer.profiler
     profiler._lightning_module = trainer.lightning_module
     local_rank = trainer.local_rank if trainer.world_size > 1 else None
-    profiler.setup(stage=trainer._run.fn.value, local_rank=local_rank, log_dir=trainer.log_dir)
+    profiler.setup(stage=trainer._live_run().fn.value, local_rank=local_rank, log_dir=trainer.log_dir)
 
 
 def prepare_data(trainer: Trainer) -> None:
@@ -54,9 +55,9 @@ def prepare_data(trainer: Trainer) -> None:
 
 
 def call_setup_hooks(trainer: Trainer) -> None:
-    fn = trainer._run.fn
+    fn = trainer._live_run().fn
     for logger in trainer.loggers:
-        _ = logger.experiment  # created before setup, so setup hooks can already log to it (reference 2.2 step 4)
+        _ = logger.experiment  # created before setup, so setup hooks can already log to it
     trainer.strategy.barrier("pre_setup")
     trainer._hooks.datamodule("setup", stage=fn)
     trainer._hooks.callbacks("setup", stage=fn)
@@ -69,8 +70,9 @@ def configure_model(trainer: Trainer) -> None:
 
 
 def restore_weights_and_callbacks(trainer: Trainer) -> None:
-    """Restore 1 (reference 2.2 step 6): load the resolved checkpoint, then weights, datamodule, callbacks."""
-    run = trainer._run
+    """Restore the weights first (before the strategy set-up): load the resolved checkpoint, then weights,
+    datamodule, callbacks."""
+    run = trainer._live_run()
     run.ckpt_path = checkpoint.resolve_ckpt_path(trainer, run.ckpt_path_arg)
     if run.ckpt_path is None:
         return
@@ -80,7 +82,7 @@ def restore_weights_and_callbacks(trainer: Trainer) -> None:
 
 def setup_strategy(trainer: Trainer) -> None:
     trainer._metrics.reset_all()
-    trainer.strategy.setup_module(trainer.lightning_module)
+    trainer.strategy.setup_module(module_of(trainer))
 
 
 def configure_optimizers(trainer: Trainer) -> None:
@@ -106,18 +108,18 @@ def log_hyperparams(trainer: Trainer) -> None:
 
 def restore_training_state(trainer: Trainer) -> str:
     """Restore loop counters, optimizers and schedulers; the note names the resume point for the history."""
-    run = trainer._run
+    run = trainer._live_run()
     if run.checkpoint is None:
         trainer.fit_loop.resume_point = ResumePoint.FRESH
     else:
-        checkpoint.restore_training_state(trainer, run.checkpoint, run.ckpt_path)
+        checkpoint.restore_training_state(trainer, run.checkpoint, run.ckpt_path or "the checkpoint")
     loop = trainer.fit_loop
     return f"resume point: {loop.resume_point} (epoch {trainer.current_epoch}, global step {trainer.global_step})"
 
 
 def release_checkpoint(trainer: Trainer) -> None:
     """Everything was restored from the loaded file; do not hold its tensors for the whole run."""
-    trainer._run.checkpoint = None
+    trainer._live_run().checkpoint = None
 
 
 def register_signal_handlers(trainer: Trainer) -> None:
@@ -128,12 +130,12 @@ def register_signal_handlers(trainer: Trainer) -> None:
 
 
 def save_rng_state(trainer: Trainer) -> None:
-    """The sanity check must not change the random draws of training (reference 2.2 step 10)."""
-    trainer._run.rng_state = rng.capture()
+    """The sanity check must not change the random draws of training."""
+    trainer._live_run().rng_state = rng.capture()
 
 
 def restore_rng_state(trainer: Trainer) -> None:
-    rng.restore(trainer._run.rng_state)
+    rng.restore(trainer._live_run().rng_state)
 
 
 def reset_sanity_results(trainer: Trainer) -> None:
@@ -158,10 +160,10 @@ def end_training(trainer: Trainer) -> None:
 
 
 def teardown_internals(trainer: Trainer) -> None:
-    """Internal teardown (reference 2.2 step 11): not a user hook, so it runs on success and on failure."""
+    """Internal teardown: not a user hook, so it runs on success and on failure."""
     trainer.fit_loop.teardown()
     trainer.fit_validation.teardown()
-    module = trainer._run.model
+    module = trainer._live_run().model
     if module is not None:
         trainer.strategy.teardown(module, trainer.optimizers)
     trainer._signals.restore()
@@ -173,7 +175,7 @@ def call_on_fit_end(trainer: Trainer) -> None:
 
 
 def call_teardown_hooks(trainer: Trainer) -> None:
-    fn = trainer._run.fn
+    fn = trainer._live_run().fn
     trainer._hooks.datamodule("teardown", stage=fn)
     trainer._hooks.callbacks("teardown", stage=fn)
     trainer._hooks.module("teardown", stage=fn)
@@ -204,12 +206,12 @@ def call_on_exception_hooks(trainer: Trainer) -> None:
     """Every callback's `on_exception`, then the DataModule's, each even when an earlier one raised: a failing
     hook is logged and noted on the original error, never replaces it. A hook that raised KeyboardInterrupt or
     SystemExit is raised again once all have run (the interrupt edge then finishes, and the driver raises it)."""
-    exception = trainer._run.exception
-    failures = trainer._hooks.callbacks_each("on_exception", exception)
+    exception = trainer._live_run().exception
+    failures: list[tuple[object, BaseException]] = list(trainer._hooks.callbacks_each("on_exception", exception))
     try:
         trainer._hooks.datamodule("on_exception", exception)
-    except BaseException as error:
-        failures.append((trainer.datamodule, error))
+    except BaseException as datamodule_error:
+        failures.append((trainer.datamodule, datamodule_error))
     for owner, error in failures:
         _log.warning("%s.on_exception raised; the other hooks still ran", type(owner).__name__, exc_info=error)
         if exception is not None:
@@ -220,7 +222,9 @@ def call_on_exception_hooks(trainer: Trainer) -> None:
 
 
 def strategy_on_exception(trainer: Trainer) -> None:
-    trainer.strategy.on_exception(trainer._run.exception)
+    exception = trainer._live_run().exception
+    if exception is not None:
+        trainer.strategy.on_exception(exception)
 
 
 def finalize_loggers_failed(trainer: Trainer) -> None:
@@ -230,7 +234,7 @@ def finalize_loggers_failed(trainer: Trainer) -> None:
 
 def teardown_profiler(trainer: Trainer) -> None:
     """A failed run gets no profiler report, but the profiler stops and lets go of what it recorded."""
-    trainer.profiler.teardown(trainer._run.fn.value)
+    trainer.profiler.teardown(trainer._live_run().fn.value)
 
 
 def dump_history(trainer: Trainer) -> None:

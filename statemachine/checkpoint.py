@@ -15,6 +15,7 @@ from fsspec.implementations.local import LocalFileSystem
 from devices.checkpoint_io import CorruptCheckpointError
 from stages import resume
 from stages.callbacks.model_checkpoint import ModelCheckpoint
+from stages.contract import module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loop_rules import max_steps_reached
 from stages.resume import ResumePoint
@@ -27,12 +28,12 @@ RESUME_KEY = "statemachine_resume"  # RNG states and loader position for an exac
 _LAST = re.compile(r"last(-v?\d+)?\.ckpt$")
 
 
-# ---- saving ---------------------------------------------------------------------------------------------
+# ---- saving ----------------------------------------------------------------------------------------------------------
 
 
 def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
-    """The checkpoint dict, keys in Lightning's write order (reference 7.1)."""
-    module = trainer.lightning_module
+    """The checkpoint dict, keys in Lightning's write order."""
+    module = module_of(trainer)
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
@@ -84,18 +85,18 @@ def _callback_states(trainer: Trainer) -> dict[str, Any]:
 
 
 def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
-    module = trainer.lightning_module
+    module = module_of(trainer)
     for owner in (module, trainer.datamodule):
         if owner is not None and owner.hparams:
             checkpoint[owner.CHECKPOINT_HYPER_PARAMS_NAME] = owner._hparams_name
             checkpoint[owner.CHECKPOINT_HYPER_PARAMS_KEY] = dict(owner.hparams)
 
 
-# ---- ckpt_path resolution (reference 7.3) ---------------------------------------------------------------
+# ---- ckpt_path resolution ("best", "last", a path) -------------------------------------------------------------------
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
-    run = trainer._run
+    run = trainer._live_run()
     fn = run.fn.value
     if ckpt_path is None and run.model_passed:
         return None
@@ -160,14 +161,14 @@ def _last_path(trainer: Trainer, fn: str) -> str | None:
     return max(candidates)[1]
 
 
-# ---- restoring ------------------------------------------------------------------------------------------
+# ---- restoring -------------------------------------------------------------------------------------------------------
 
 
 def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
-    """Restore 1 (reference 2.2 step 6): module hook, weights, DataModule, callbacks."""
+    """Restore the weights (before the strategy set-up): module hook, weights, DataModule, callbacks."""
     if "state_dict" not in checkpoint:
         raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict' key)")
-    module = trainer.lightning_module
+    module = module_of(trainer)
     trainer._hooks.module("on_load_checkpoint", checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=module.strict_loading)
     datamodule = trainer.datamodule

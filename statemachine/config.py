@@ -23,7 +23,7 @@ class InvalidTrainerArguments(MisconfigurationException, ValueError):
 
 
 def _limit(name: str, value: Any) -> int | float:
-    """Lightning's limit rule (reference 3.6): None -> 1.0, [0, 1] kept as given, whole numbers > 1 -> int."""
+    """Lightning's limit rule: None -> 1.0, [0, 1] kept as given, whole numbers > 1 -> int."""
     if value is None:
         return 1.0
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -59,7 +59,8 @@ def should_check_val(trainer: Trainer) -> bool:
     if trainer.should_stop and minimums_met(trainer):
         return True  # validation runs before an early or max_time stop
     if val_check_batch is None:  # time-based: there is no automatic end-of-epoch run
-        return time.monotonic() - loop.last_val_end_time >= loop.val_check_seconds
+        interval = loop.val_check_seconds
+        return interval is not None and time.monotonic() - loop.last_val_end_time >= interval
     if isinstance(trainer.limit_train_batches, int) and val_check_batch == float("inf"):
         return (loop.batch_idx + 1) % trainer.limit_train_batches == 0
     if val_check_batch != float("inf"):

@@ -68,6 +68,10 @@ class _Machine(HierarchicalMachine):
 class Flow:
     """Holds the machine's state for one trainer and fires events on it."""
 
+    # Bound by `transitions` on construction: the current state's name, and the method that fires an event.
+    machine_state: str
+    trigger: Callable[..., bool]
+
     def __init__(self, trainer: Trainer, table: MachineTable = TABLE, coverage: TransitionCoverage = COVERAGE):
         self.trainer = trainer
         self.table = table
@@ -108,7 +112,9 @@ class Flow:
 
     def run_handler(self) -> str | None:
         """Run the current state's stage handler; it returns the event to fire (None: a poll already fired)."""
-        return self._handlers[self.spec.handler](self.trainer)
+        handler = self.spec.handler
+        assert handler is not None, "the driver runs handlers of running states only; every one has a handler"
+        return self._handlers[handler](self.trainer)
 
     # ---- deciding ---------------------------------------------------------------------------------------
 

@@ -24,12 +24,13 @@ from stages.callbacks.model_summary import ModelSummary
 from stages.callbacks.progress import ProgressBar, TQDMProgressBar
 from stages.callbacks.timer import Timer, parse_duration
 from stages.combined_loader import CombinedLoader
+from stages.contract import module_of
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loggers import DummyLogger, Logger, TensorBoardLogger
-from stages.loop_views import EvaluationLoopView, TrainingEpochLoopView
+from stages.loop_views import EvaluationLoopView
 from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LRSchedulerConfig, Optimization
@@ -156,11 +157,11 @@ class Trainer:
         self.validate_progress = BatchProgress()
         self.test_progress = BatchProgress()
         self.predict_progress = BatchProgress()
-        self.fit_loop.epoch_loop = TrainingEpochLoopView(self.fit_loop)
         self.validate_loop = EvaluationLoopView(self, "val")
         self.test_loop = EvaluationLoopView(self, "test")
         self.predict_loop = EvaluationLoopView(self, "predict")
         self._run: RunContext | None = None
+        self._prediction_record: Any = None  # what prediction writers read during predict
         self._model: LightningModule | None = None
         self.datamodule: LightningDataModule | None = None
         self._last_fn: TrainerFn | None = None
@@ -218,15 +219,14 @@ class Trainer:
         self.enable_autolog_hparams = config.enable_autolog_hparams
         self._default_root_dir = os.fspath(config.default_root_dir) if config.default_root_dir else os.getcwd()
         self.max_time = parse_duration(config.max_time)
-        self.max_epochs = config.max_epochs
         given = config.callbacks if isinstance(config.callbacks, list | tuple) else [config.callbacks]
         has_timer = self.max_time is not None or any(isinstance(c, Timer) for c in given)
         # fast_dev_run sets its own limits, so the 1000-epoch default (and its warning) does not apply.
         self._max_epochs_defaulted = (
-            self.max_epochs is None and self.max_steps == -1 and not has_timer and not self.fast_dev_run
+            config.max_epochs is None and self.max_steps == -1 and not has_timer and not self.fast_dev_run
         )
-        if self.max_epochs is None:
-            self.max_epochs = 1000 if self._max_epochs_defaulted else -1
+        unlimited = 1000 if self._max_epochs_defaulted else -1
+        self.max_epochs: int = config.max_epochs if config.max_epochs is not None else unlimited
         if self.overfit_batches > 0:
             self.limit_train_batches = self.limit_val_batches = self.overfit_batches
         self._apply_fast_dev_run()
@@ -445,14 +445,14 @@ class Trainer:
         self._last_fn = fn
         run = self._run
         try:
-            self._drive(trigger)
+            self._drive(trigger, run)
         finally:
             self._run = None
             if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it
                 self._ckpt_path = run.ckpt_path
         return run
 
-    def _drive(self, trigger: str) -> None:
+    def _drive(self, trigger: str, run: RunContext) -> None:
         """Fire the entry event, then run each state's handler and fire the event it reports; the table's guards
         choose where each event leads. On any exception: the `interrupt` edge, then the exception, unchanged."""
         flow = self._flow
@@ -465,7 +465,7 @@ class Trainer:
                     flow.fire(event)
         except BaseException as exception:
             if not flow.spec.resting:
-                self._interrupt(exception)
+                self._interrupt(run, exception)
             exit_request, flow.exit_request = flow.exit_request, None
             if exit_request is not None:
                 raise exit_request from exception  # a hook asked to exit while the run shut down
@@ -473,9 +473,15 @@ class Trainer:
         finally:
             self._signals.release_sigint()
 
-    def _interrupt(self, exception: BaseException) -> None:
+    def _live_run(self) -> RunContext:
+        """The call in flight: transition callbacks and checkpoint logic only run inside one."""
+        if self._run is None:
+            raise RuntimeError("no fit/validate/test/predict call is in flight")
+        return self._run
+
+    def _interrupt(self, run: RunContext, exception: BaseException) -> None:
         """The interrupt edge; should even that fail, the machine still rests in `interrupted`."""
-        run, flow = self._run, self._flow
+        flow = self._flow
         run.exception = exception
         run.failed_stage = flow.spec.stage
         try:
@@ -512,11 +518,11 @@ class Trainer:
         self._hooks.reset()
 
     def _setup_optimizers(self) -> None:
-        self._optimization.setup(self.lightning_module)
+        self._optimization.setup(module_of(self))
 
     def _collect_hparams(self) -> dict[str, Any]:
         params: dict[str, Any] = {}
-        module = self.lightning_module
+        module = module_of(self)
         if module._log_hyperparams:
             params.update(module.hparams_initial)
         if self.datamodule is not None and self.datamodule._log_hyperparams:
@@ -614,7 +620,7 @@ class Trainer:
 
     @property
     def enable_validation(self) -> bool:
-        """A val source exists, `validation_step` is overridden and `limit_val_batches > 0` (reference 3.3)."""
+        """A val source exists, `validation_step` is overridden and `limit_val_batches > 0`."""
         if self._run is None or self.limit_val_batches == 0:
             return False
         return is_overridden("validation_step", self.lightning_module, LightningModule) and data.has_source(self, "val")
@@ -622,9 +628,8 @@ class Trainer:
     @property
     def val_check_seconds(self) -> float | None:
         interval = self.val_check_interval
-        if isinstance(interval, int | float):
-            return None
-        return parse_duration(interval).total_seconds()
+        duration = None if isinstance(interval, int | float) else parse_duration(interval)
+        return None if duration is None else duration.total_seconds()
 
     @property
     def val_check_batch(self) -> int | float | None:
@@ -810,12 +815,12 @@ _READ_ONLY_STAGES = {
 def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strategy]:
     """Validate the flags and the hardware together, so one error lists every bad field."""
     problems: list[str] = []
-    config = None
+    config: TrainerConfig | None = None
     try:
         config = validate_config(arguments)
     except InvalidTrainerArguments as error:
         problems += str(error).splitlines()[1:]
-    strategy = None
+    strategy: devices.Strategy | None = None
     try:
         strategy = devices.connect(
             accelerator=arguments["accelerator"],
@@ -827,7 +832,7 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
         )
     except ValueError as error:
         problems += [f"  {line.strip()}" for line in str(error).splitlines() if line.strip()]
-    if problems:
+    if problems or config is None or strategy is None:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy
 

@@ -4,7 +4,7 @@ hook they enter to one shared list, then defer to the base implementation.
 Entries are the hook name (`Callback.`/`DataModule.` prefixed for those owners), with a few key arguments in
 parentheses: the stage of `setup`/`teardown`, the `batch_idx` of batch hooks and steps, `(epoch, batch_idx)` of
 `optimizer_step`/`optimizer_zero_grad` and the clipping arguments. The entry is appended on ENTRY, before the
-base implementation runs, so nested hooks follow their caller (reference section 5 conventions).
+base implementation runs, so nested hooks follow their caller.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _entry(name: str, *details: Any) -> str:
 
 
 def _stage(stage: Any) -> str:
-    """The stage as recorded: its value when it is a TrainerFn (reference 1), its repr otherwise."""
+    """The stage as recorded: its value when it is a TrainerFn, its repr otherwise."""
     return stage.value if isinstance(stage, TrainerFn) else repr(stage)
 
 

@@ -157,7 +157,7 @@ def test_epoch_boundary_resume_restores_the_draws(tmp_path: Path, saved_at: str)
 
 
 def test_checkpoint_without_the_extra_key_runs_the_remaining_batches(tmp_path: Path) -> None:
-    """A Lightning file: the loader starts over and only the remaining number of batches runs (reference 7.2)."""
+    """A Lightning file: the loader starts over and only the remaining number of batches runs."""
     _, directory = _every_third_step(tmp_path / "saving")
     content = load_checkpoint(str(directory / "epoch=1-step=9.ckpt"))
     del content[RESUME_KEY]

@@ -1,6 +1,6 @@
-"""The exact hook sequences of reference sections 5.1 to 5.8 (entry order), recorded with `tests/hooked.py`.
+"""The exact hook sequences Lightning 2.6 produces (entry order), recorded with `tests/hooked.py`.
 
-The expected lists are built from the reference's own shorthands: T (batch transfer), VAL (one evaluation
+The expected lists are built from short names for repeated runs of hooks: T (batch transfer), VAL (one evaluation
 run), SAVE (a checkpoint save) and the automatic/manual training batch of 5.2/5.3. One user callback comes
 first, then `ModelCheckpoint` (whose own hooks are not recorded), as in Lightning's hook tests.
 """
@@ -16,11 +16,11 @@ from hooked import HookedDataModule, HookedModel, ManualHookedModel, RecordingCa
 
 import statemachine as L
 
-# ---- the reference's shorthands ---------------------------------------------------------------------------
+# ---- short names for repeated runs of hooks ------------------------------------------------------------------
 
 
 def both(name: str, *details: Any) -> list[str]:
-    """`Callback.x` then `x`: callbacks first, then the LightningModule (reference 5.8 owner order)."""
+    """`Callback.x` then `x`: callbacks first, then the LightningModule (Lightning's owner order)."""
     suffix = f"({', '.join(str(d) for d in details)})" if details else ""
     return [f"Callback.{name}{suffix}", f"{name}{suffix}"]
 
@@ -98,7 +98,7 @@ CHECKPOINT_KEYS = [
     "callbacks",
     "optimizer_states",
     "lr_schedulers",
-    "statemachine_resume",  # reference 9.4: the exact-resume state, in an extra key after Lightning's
+    "statemachine_resume",  # the exact-resume state, in an extra key after Lightning's
 ]
 
 
@@ -233,7 +233,7 @@ def test_accumulating_batches_skip_the_step_and_zero_grad_only_on_a_window_start
     ]
     assert_sequence(called, expected)
     assert trainer.global_step == 2
-    # outputs["loss"] is a detached copy of the loss divided by accumulate_grad_batches (reference 3.5)
+    # outputs["loss"] is a detached copy of the loss divided by accumulate_grad_batches
     for outputs, loss in zip(model.train_batch_end_outputs, model.training_losses, strict=True):
         assert set(outputs) == {"loss"}
         assert not outputs["loss"].requires_grad

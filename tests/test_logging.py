@@ -1,4 +1,4 @@
-"""`self.log` as Lightning 2.6 defines it (reference 6, and 3.1 step 4.6 / 3.5 step 8 for the logging step).
+"""`self.log` as Lightning 2.6 defines it, and the logging step it uses.
 
 Per-hook defaults and refusals, `_step`/`_epoch` names, epoch reductions and batch sizes, the three destinations
 (`logged_metrics`, `callback_metrics`, `progress_bar_metrics`), logger calls and `log_every_n_steps`, several eval

@@ -1,4 +1,4 @@
-"""The fit loop's flags, as Lightning 2.6 defines them (reference 2.2 step 1, 3.2, 3.3, 3.6 and 8).
+"""The fit loop's flags, as Lightning 2.6 defines them.
 
 Stop conditions, validation scheduling, limits, overfit/fast_dev_run, grad and anomaly modes, barebones,
 `PL_TRAINER_*` defaults, argument errors, several loaders, the training step's return value, accumulation, and the
@@ -92,7 +92,7 @@ def fit(trainer: L.Trainer, model: L.LightningModule | None = None, val: Any = N
     return model
 
 
-# ---- max_epochs / max_steps / min_* / should_stop (reference 2.2 step 1, 3.2) ----------------------------
+# ---- max_epochs / max_steps / min_* / should_stop --------------------------------------------------------------------
 
 
 def test_max_epochs_none_defaults_to_1000_with_a_warning(tmp_path: Any) -> None:
@@ -179,7 +179,7 @@ def test_should_stop_before_training_with_min_epochs_0_runs_no_epoch(tmp_path: A
     assert recorder.epoch_ends == []
     assert (trainer.current_epoch, trainer.global_step) == (0, 0)
     assert trainer.state.finished
-    # fit done before training starts: no on_train_start, so no on_train_end either (reference 3.1 step 2)
+    # fit done before training starts: no on_train_start, so no on_train_end either
     assert recorder.train_ended is (hook == "on_train_start")
 
 
@@ -190,7 +190,7 @@ def test_fit_resets_should_stop_on_entry(tmp_path: Any) -> None:
     assert trainer.global_step == 4
 
 
-# ---- max_time and the Timer (reference 3.2) ---------------------------------------------------------------
+# ---- max_time and the Timer ------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("max_time", ["00:00:00:00", timedelta(0), {"seconds": 0}])
@@ -245,7 +245,7 @@ def test_max_time_waits_for_min_epochs(tmp_path: Any, monkeypatch: pytest.Monkey
     assert (trainer.current_epoch, trainer.global_step) == (2, 8)
 
 
-# ---- validation scheduling (reference 3.3 table) -----------------------------------------------------------
+# ---- validation scheduling: Lightning's rules, first match decides ---------------------------------------------------
 
 
 def scheduled(tmp_path: Any, n: int, max_epochs: int = 1, **flags: Any) -> list[tuple[int, int]]:
@@ -365,7 +365,7 @@ def test_history_records_the_batch_of_every_val_check(tmp_path: Any) -> None:
     assert checks == [(0, 1), (0, 3)]
 
 
-# ---- limits (reference 3.6) -----------------------------------------------------------------------------------
+# ---- limits ----------------------------------------------------------------------------------------------------------
 
 
 class Stream(IterableDataset):
@@ -451,7 +451,7 @@ def test_unsized_train_loader_with_a_fractional_val_check_interval_is_an_error(t
         fit(quiet_trainer(tmp_path, val_check_interval=0.5), train=stream(8), val=batches(2))
 
 
-# ---- overfit_batches and fast_dev_run (reference 3.6) ---------------------------------------------------------
+# ---- overfit_batches and fast_dev_run --------------------------------------------------------------------------------
 
 
 class SeenBatches(TinyModel):
@@ -540,7 +540,7 @@ def test_fast_dev_run_1_is_stored_as_true_and_negative_is_an_error(tmp_path: Any
         quiet_trainer(tmp_path, fast_dev_run=-1)
 
 
-# ---- dataloader reloading and the sanity check -------------------------------------------------------------
+# ---- dataloader reloading and the sanity check -----------------------------------------------------------------------
 
 
 class CountingLoaders(TinyModel):
@@ -578,7 +578,7 @@ def test_num_sanity_val_steps(tmp_path: Any, steps: int | None, expected: int) -
     assert recorder.validations == [(0, 1)]
 
 
-# ---- grad, anomaly and determinism modes ------------------------------------------------------------------
+# ---- grad, anomaly and determinism modes -----------------------------------------------------------------------------
 
 
 class ModeProbe(TinyModel):
@@ -642,7 +642,7 @@ def test_deterministic_sets_torch_deterministic_algorithms(tmp_path: Any, monkey
         torch.backends.cudnn.benchmark = benchmark
 
 
-# ---- barebones and environment defaults (reference 8) ----------------------------------------------------------
+# ---- barebones and environment defaults ------------------------------------------------------------------------------
 
 
 def test_barebones_turns_everything_off(tmp_path: Any) -> None:
@@ -715,7 +715,7 @@ def test_env_defaults_follow_the_subclass_name(monkeypatch: pytest.MonkeyPatch) 
     assert MyTrainer(logger=False).max_steps == 3
 
 
-# ---- argument errors and refused flags ------------------------------------------------------------------------
+# ---- argument errors and refused flags -------------------------------------------------------------------------------
 
 
 def test_one_error_names_every_bad_field() -> None:
@@ -742,7 +742,7 @@ def test_unbuilt_flags_are_refused_not_ignored(flag: dict[str, Any]) -> None:
         L.Trainer(**flag)
 
 
-# ---- several loaders ----------------------------------------------------------------------------------------------
+# ---- several loaders -------------------------------------------------------------------------------------------------
 
 
 class MultiLoaderModel(TinyModel):
@@ -827,7 +827,7 @@ def test_a_dict_of_train_loaders_gives_dict_batches(tmp_path: Any) -> None:
     assert [sorted(batch) for batch in model.batches] == [["a", "b"]] * 5
 
 
-# ---- the training step (reference 3.2, 3.5) -----------------------------------------------------------------------
+# ---- the training step -----------------------------------------------------------------------------------------------
 
 
 class EndEpochAt(TinyModel):
@@ -965,7 +965,7 @@ def test_estimated_stepping_batches_unlimited_is_inf(tmp_path: Any) -> None:
     assert trainer.estimated_stepping_batches == math.inf
 
 
-# ---- read-only properties ----------------------------------------------------------------------------------------
+# ---- read-only properties --------------------------------------------------------------------------------------------
 
 
 class PropertyProbe(L.Callback):

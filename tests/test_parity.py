@@ -1,7 +1,7 @@
 """Numerical parity: our Trainer against a hand-written PyTorch loop making the same calls in the same order.
 
 Each test builds the same network from a fixed seed, trains it once with `statemachine.Trainer` and once with a
-plain loop written from the reference (sections 3.5, 5.2, 5.3), reseeding the global RNG right before each run,
+plain loop written from Lightning's documented batch order, reseeding the global RNG right before each run,
 and asserts that the final parameters are equal bit for bit (`torch.equal`) and that `global_step` matches the
 loop's count of optimizer steps.
 """
@@ -376,7 +376,7 @@ def test_parity_manual_optimization_two_optimizers(tmp_path: Path) -> None:
 
 
 def _validate(net: nn.Module, loader: DataLoader) -> None:
-    """What a validation run does to the state a later training batch sees (reference 3.3, 4)."""
+    """What a validation run does to the state a later training batch sees."""
     net.eval()
     with torch.no_grad():
         for batch in loader:

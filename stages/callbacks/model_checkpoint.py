@@ -417,7 +417,7 @@ class ModelCheckpoint(Checkpoint):
         if self.verbose:
             log.info(
                 f"{_progress(candidates)}: {self.monitor!r} reached {float(current):0.5f}"
-                f" (best {float(self.best_model_score):0.5f}), saving model to {filepath!r} as top {k}"
+                f" (best {float(self.best_model_score or current):0.5f}), saving model to {filepath!r} as top {k}"
             )
         self._save_checkpoint(trainer, filepath)
         if evicted and self._should_remove_checkpoint(trainer, evicted, filepath):

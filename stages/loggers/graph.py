@@ -16,7 +16,7 @@ from stages.hooks import is_overridden
 from stages.module import LightningModule
 
 
-def graph_input(model: Any, input_array: Any) -> tuple[Tensor, ...] | Tensor | None:
+def graph_input(model: LightningModule, input_array: Any) -> tuple[Tensor, ...] | Tensor | None:
     """`input_array` (default: `model.example_input_array`) on the model's device, moved as a batch is; None,
     with a warning that says why, when there is nothing that can be traced."""
     example = model.example_input_array if input_array is None else input_array
@@ -48,7 +48,7 @@ def graph_input(model: Any, input_array: Any) -> tuple[Tensor, ...] | Tensor | N
 
 
 @contextmanager
-def tracing(model: Any) -> Iterator[None]:
+def tracing(model: LightningModule) -> Iterator[None]:
     """Mark every LightningModule inside `model` as being traced, so their trainer-bound properties stay quiet."""
     marked = [module for module in model.modules() if isinstance(module, LightningModule)]
     for module in marked:
