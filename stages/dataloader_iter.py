@@ -96,7 +96,7 @@ def training_steps(
 def _step_calls(fetcher: DataloaderIter, start: int) -> Iterator[tuple[int, DataloaderIter, bool]]:
     step_idx = start
     while not fetcher.done:
-        yield step_idx, fetcher, fetcher.done
+        yield step_idx, fetcher, False  # whether this step fetches the last batch shows only after it
         step_idx += 1
 
 
