@@ -74,6 +74,13 @@ def test_int_val_check_interval_counts_step_calls(tmp_path: Any) -> None:
     assert model.validations == [(0, 1), (0, 3)]
 
 
+def test_gradient_accumulation_counts_step_calls(tmp_path: Any) -> None:
+    model = FetchesTwo()
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_val_batches=0, accumulate_grad_batches=2)
+    trainer.fit(model, make_loader(n=64))  # 4 step calls per epoch: an optimizer step after every second
+    assert trainer.global_step == 4
+
+
 def test_step_running_into_the_end_of_the_data_ends_the_epoch(tmp_path: Any) -> None:
     model = FetchesTwo()
     trainer = quiet_trainer(tmp_path, max_epochs=2, num_sanity_val_steps=0, limit_val_batches=1)
