@@ -9,6 +9,8 @@ import torch
 
 from stages import data
 from stages.contract import module_of, run_of
+from stages.dataloader_iter import takes_dataloader_iter
+from stages.dataloader_iter_eval import evaluate_fetching
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
 
@@ -50,16 +52,19 @@ def evaluate(
         hooks.module(f"on_{noun}_epoch_start")
         progress.reset_current()
         metrics.num_dataloaders = len(loaders)
-        for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
-            metrics.dataloader_idx = dataloader_idx
-            last_loader = dataloader_idx == len(loaders) - 1
-            for batch_idx, batch, is_last in data.fetch(
-                loader, count, profiler=trainer._active_profiler, action=f"{kind}_dataloader_next"
-            ):
-                _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
-                progress.is_last_batch = is_last
-                if trainer.received_sigterm and not (is_last and last_loader):
-                    raise SIGTERMException()
+        if takes_dataloader_iter(getattr(module, _BATCH_HOOKS[noun][1])):
+            evaluate_fetching(trainer, noun, kind, loaders, num_batches, progress, sanity)
+        else:
+            for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
+                metrics.dataloader_idx = dataloader_idx
+                last_loader = dataloader_idx == len(loaders) - 1
+                for batch_idx, batch, is_last in data.fetch(
+                    loader, count, profiler=trainer._active_profiler, action=f"{kind}_dataloader_next"
+                ):
+                    _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
+                    progress.is_last_batch = is_last
+                    if trainer.received_sigterm and not (is_last and last_loader):
+                        raise SIGTERMException()
         metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
         metrics.epoch_end_reached(kind)
         hooks.callbacks(f"on_{noun}_epoch_end")

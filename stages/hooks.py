@@ -52,6 +52,8 @@ def takes_batch_idx(step: Any) -> bool:
     except (TypeError, ValueError):
         return True  # a builtin or C callable without a signature: pass everything, as documented
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.name == "dataloader_iter" for p in positional):
+        return False  # a step that fetches its own batches is called with the iterator alone
     return (
         any(p.kind is p.VAR_POSITIONAL for p in parameters)
         or any(p.name == "batch_idx" for p in positional)

@@ -11,6 +11,8 @@ from stages import data
 from stages.batch_indices import RecordingBatchSampler, recording
 from stages.callbacks.prediction_writer import BasePredictionWriter
 from stages.contract import module_of, run_of
+from stages.dataloader_iter import takes_dataloader_iter
+from stages.dataloader_iter_eval import predict_fetching
 
 if TYPE_CHECKING:
     from stages.contract import TrainerView
@@ -75,6 +77,9 @@ def _predict(
         outputs: list[list[Any]] = [[] for _ in loaders]
         record.outputs = outputs
         record.epoch_batch_indices = [[] for _ in loaders]
+        if takes_dataloader_iter(module_of(trainer).predict_step):
+            predict_fetching(trainer, loaders, counts, outputs, keep)
+            counts = []  # the step has fetched every batch itself: none is left for the loop below
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
             for batch_idx, batch, _ in data.fetch(
                 loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"

@@ -8,7 +8,6 @@ carries on from that batch.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -22,6 +21,7 @@ from torch import Tensor
 
 from stages import data, rng
 from stages.contract import module_of
+from stages.dataloader_iter import takes_dataloader_iter, training_steps
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
@@ -68,6 +68,8 @@ class FitLoop:
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
+        self.fetches_itself = False  # training_step takes `dataloader_iter`
+        self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
         self._training: Iterator[str | None] | None = None
@@ -124,14 +126,11 @@ class FitLoop:
         trainer = self.trainer
         limit = trainer.limit_train_batches
         self._train_loaded_epoch = self.current_epoch
+        self.fetches_itself = takes_dataloader_iter(module_of(trainer).training_step)
         if limit == 0 or not is_overridden("training_step", trainer.lightning_module, LightningModule):
             self.num_training_batches = 0
             self._train_loader = ()
             return
-        if "dataloader_iter" in inspect.signature(module_of(trainer).training_step).parameters:
-            raise MisconfigurationException(
-                "training_step(self, dataloader_iter) is not supported yet; take (batch, batch_idx) instead"
-            )
         loader = data.train_loader(data.request(trainer, "train"))
         self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
@@ -226,6 +225,8 @@ class FitLoop:
             self.epoch_progress.increment_started()
             self.batch_progress.reset_current()
         start = self.batch_progress.current.completed
+        if self.fetches_itself:  # the loader's position is what the step fetched, not how often it ran
+            start = self.fetched_in_epoch if continues else 0
         positioned = None
         if saved is not None and replay_from is not None:
             # Exact resume: replay the epoch's loader up to its position, then continue with the saved draws.
@@ -241,8 +242,11 @@ class FitLoop:
             profiler=trainer._active_profiler,
             action="train_dataloader_next",
         )
+        run_batch = self._run_batch
+        if self.fetches_itself:
+            batches, run_batch = training_steps(self, batches, start)
         for batch_idx, batch, is_last in batches:
-            if not self._run_batch(batch_idx, batch, is_last):
+            if not run_batch(batch_idx, batch, is_last):
                 break
             if poll("val_check"):
                 yield None
@@ -385,13 +389,16 @@ class FitLoop:
     # ---- checkpoint state ----------------------------------------------------------
 
     def resume_state(self) -> dict[str, Any]:
-        """Beyond Lightning's keys, for an exact resume: the RNG states now and at the epoch's start."""
-        return {"rng": rng.capture(), "epoch_start_rng": self.epoch_start_rng}
+        """Beyond Lightning's keys, for an exact resume: the RNG states now and at the epoch's start, and the
+        loader position of a step that fetches its own batches."""
+        state = {"rng": rng.capture(), "epoch_start_rng": self.epoch_start_rng}
+        return {**state, "fetched_in_epoch": self.fetched_in_epoch} if self.fetches_itself else state
 
     def load_resume_state(self, state: dict[str, Any] | None) -> None:
         """Without `state` (a Lightning file), a mid-epoch resume runs only the remaining number of batches."""
         self._restored_rng = None if state is None else state["rng"]
         self.epoch_start_rng = None if state is None else state["epoch_start_rng"]
+        self.fetched_in_epoch = 0 if state is None else state.get("fetched_in_epoch", 0)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -54,7 +54,7 @@ def should_check_val(trainer: Trainer) -> bool:
         return False
     is_last = loop.is_last_batch
     val_check_batch = loop.val_check_batch
-    if is_last and val_check_batch == float("inf"):
+    if is_last and (val_check_batch == float("inf") or loop.fetches_itself):
         return True
     if trainer.should_stop and minimums_met(trainer):
         return True  # validation runs before an early or max_time stop

@@ -232,7 +232,6 @@ def test_tensorboard_hyperparams_with_given_metrics_and_without_default(tmp_path
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"log_graph": True}, "log_graph=True is not supported yet"),
         ({"log_graph": "yes"}, "log_graph 'yes' must be a bool"),
         ({"default_hp_metric": 1}, "default_hp_metric 1 must be a bool"),
         ({"sub_dir": 4}, "sub_dir 4 must be"),

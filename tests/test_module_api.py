@@ -138,12 +138,3 @@ def test_early_stopping_ends_fit_when_the_metric_stops_improving(tmp_path: Any) 
     assert stopper.stopped_epoch == 2 and trainer.should_stop
     stop = trainer.history[-1]
     assert (stop.trigger, stop.dest, stop.guards[0].reason) == ("epoch_boundary", "finished", "should_stop was set")
-
-
-def test_training_step_taking_dataloader_iter_is_refused(tmp_path: Any) -> None:
-    class IteratorStep(TinyModel):
-        def training_step(self, dataloader_iter: Any) -> Any:
-            return super().training_step(next(dataloader_iter), 0)
-
-    with pytest.raises(L.MisconfigurationException, match="dataloader_iter.*not supported"):
-        quiet_trainer(tmp_path).fit(IteratorStep(), make_loader())

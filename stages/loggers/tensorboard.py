@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stages.loggers.graph import graph_input, tracing
 from stages.loggers.logger import (
     FileLogger,
     NoExperiment,
@@ -47,14 +48,13 @@ class TensorBoardLogger(FileLogger):
     ) -> None:
         if not isinstance(log_graph, bool):
             raise ValueError(f"log_graph {log_graph!r} must be a bool")
-        if log_graph:
-            raise ValueError("log_graph=True is not supported yet; use log_graph=False")
         if not isinstance(default_hp_metric, bool):
             raise ValueError(f"default_hp_metric {default_hp_metric!r} must be a bool")
         if sub_dir is not None and not isinstance(sub_dir, (str, os.PathLike)):
             raise ValueError(f"sub_dir {sub_dir!r} must be a str, an os.PathLike or None")
         self._dir = VersionedDir(save_dir, name, version)
         self._default_hp_metric = default_hp_metric
+        self._log_graph = log_graph
         self._prefix = check_prefix(prefix)
         self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         self._experiment: SummaryWriter | None = None
@@ -112,6 +112,17 @@ class TensorBoardLogger(FileLogger):
         file_writer = self.experiment._get_file_writer()
         for summary in (experiment_summary, session_start, session_end):
             file_writer.add_summary(summary)
+
+    @rank_zero_only
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """With `log_graph=True`, the graph of `model.forward` traced on `input_array` (by default the model's
+        `example_input_array`); a warning says why when there is no input that can be traced."""
+        if not self._log_graph:
+            return
+        example = graph_input(model, input_array)
+        if example is not None:
+            with tracing(model):
+                self.experiment.add_graph(model, example)
 
     @rank_zero_only
     def save(self) -> None:

@@ -1,0 +1,96 @@
+"""The Lightning-style examples run as scripts, briefly, and do what they are for.
+
+Each runs in its own interpreter, with the project's warnings as errors: an example must run cleanly.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str, *args: str) -> str:
+    """Run `examples/<name>.py` with `args` from the repository root; its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    warnings_as_errors = ["-W", "error::stages.exceptions.TrainerWarning"]
+    command = [sys.executable, *warnings_as_errors, str(REPO / "examples" / f"{name}.py"), *args]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def epoch_values(metrics_csv: Path, name: str) -> list[float]:
+    with open(metrics_csv) as file:
+        return [float(row[name]) for row in csv.DictReader(file) if row.get(name)]
+
+
+def load(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def test_autoencoder_learns_and_keeps_its_best_checkpoint(tmp_path: Path) -> None:
+    output = run_example("autoencoder", "--max-epochs", "3", "--root", str(tmp_path))
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    val_losses = epoch_values(run_dir / "metrics.csv", "val_loss")
+    assert len(val_losses) == 3 and val_losses[-1] < val_losses[0]
+    best_epoch = val_losses.index(min(val_losses))
+    checkpoints = list((run_dir / "checkpoints").glob("*.ckpt"))
+    assert [path.name.split("-val_loss")[0] for path in checkpoints] == [f"autoencoder-epoch={best_epoch:02d}"]
+    checkpoint = load(checkpoints[0])
+    assert checkpoint["hyper_parameters"] == {"hidden_dim": 32, "code_dim": 8, "lr": 3e-3}
+    assert checkpoint["datamodule_hyper_parameters"] == {"batch_size": 64}
+    test_loss = float(output.split("test reconstruction loss:")[1].split()[0])
+    assert test_loss < val_losses[0]
+
+
+def test_gan_steps_both_optimizers_every_batch_and_logs_samples(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_example("gan", "--max-epochs", "2", "--root", str(tmp_path))
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    batches = 1797 // 64  # the digits, drop_last
+    # in manual optimization every optimizer step counts: two per batch
+    (checkpoint_path,) = (run_dir / "checkpoints").glob("*.ckpt")
+    assert checkpoint_path.name == f"epoch=1-step={2 * 2 * batches}.ckpt"
+    generator_state, discriminator_state = load(checkpoint_path)["optimizer_states"]
+    for state in (generator_state, discriminator_state):
+        assert {float(param["step"]) for param in state["state"].values()} == {2.0 * batches}
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    events.Reload()
+    assert [event.step for event in events.Images("generated_images")] == [0, 1]
+    assert {"g_loss", "d_loss"} <= set(events.Tags()["scalars"])
+    assert events.Tags()["graph"]  # log_graph=True traced the generator on example_input_array
+
+
+def test_finetuning_keeps_the_backbone_frozen_then_trains_it(tmp_path: Path) -> None:
+    run_example(
+        "finetuning", "--pretrain-epochs", "2", "--max-epochs", "4", "--unfreeze-at", "2", "--root", str(tmp_path)
+    )
+    pretrained = torch.load(tmp_path / "backbone.pt")
+    run_dir = tmp_path / "finetune" / "version_0"
+    checkpoints = {epoch: load(run_dir / "checkpoints" / f"epoch={epoch}.ckpt") for epoch in range(4)}
+
+    def backbone(epoch: int) -> dict[str, torch.Tensor]:
+        weights = checkpoints[epoch]["state_dict"]
+        return {key.removeprefix("backbone."): value for key, value in weights.items() if key.startswith("backbone.")}
+
+    def learning_rates(epoch: int) -> list[float]:
+        return [group["lr"] for group in checkpoints[epoch]["optimizer_states"][0]["param_groups"]]
+
+    for epoch in (0, 1):  # frozen: outside the optimizer and unchanged
+        assert learning_rates(epoch) == [1e-2]
+        assert all(torch.equal(backbone(epoch)[key], pretrained[key]) for key in pretrained)
+    # unfrozen at epoch 2 with a tenth of the learning rate, which then doubles each epoch (the default lambda_func)
+    assert learning_rates(2) == [1e-2, 1e-3]
+    assert learning_rates(3) == [1e-2, 2e-3]
+    assert not all(torch.equal(backbone(3)[key], pretrained[key]) for key in pretrained)
+    val_acc = epoch_values(run_dir / "metrics.csv", "val_acc")
+    assert len(val_acc) == 4 and val_acc[-1] > val_acc[0]
