@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import statemachine as L
 from statemachine.callbacks import BatchSizeFinder, LearningRateFinder
 from statemachine.diagram import build_graph
+from statemachine.diagram import main as diagram_main
 from statemachine.history import check_path
 from statemachine.history import main as history_main
 from statemachine.tuner import TUNER_TABLE, Tuner
@@ -234,9 +235,29 @@ def test_plot_draws_the_curve_and_marks_the_suggestion(tmp_path: Any) -> None:
     assert (tmp_path / "lr.png").stat().st_size > 0
 
 
+def test_the_sweep_runs_num_training_steps_across_epochs(tmp_path: Any) -> None:
+    trainer = quiet_trainer(tmp_path)  # max_epochs=1, and 8 batches an epoch
+    finder = Tuner(trainer).lr_find(RateModel(), shuffled_loader(), num_training=20, early_stop_threshold=None)
+    assert finder is not None and len(finder.results["lr"]) == 20
+    assert finder.results["lr"][-1] == pytest.approx(1e-8 * (1 / 1e-8) ** (19 / 20))  # geometric steps to max_lr
+    assert trainer.max_epochs == 1 and trainer.current_epoch == 0
+
+
+def test_a_diverging_sweep_stops_early_and_logs_nothing(tmp_path: Any) -> None:
+    logger = L.CSVLogger(tmp_path)
+    trainer = quiet_trainer(tmp_path, logger=logger, log_every_n_steps=1)
+    finder = Tuner(trainer).lr_find(RateModel(), shuffled_loader(), min_lr=1e-2, max_lr=1e3, num_training=60)
+    assert finder is not None and 1 < len(finder.results["loss"]) < 60
+    losses = finder.results["loss"]
+    assert losses[-1] > 4 * min(losses[:-1])  # stopped at the first point above 4x the best
+    assert not trainer.should_stop and trainer.logger is logger
+    metrics = Path(logger.log_dir) / "metrics.csv"
+    assert not metrics.exists() or "train_loss" not in metrics.read_text()
+
+
 def test_suggestion_needs_enough_points(tmp_path: Any) -> None:
-    trainer = quiet_trainer(tmp_path)  # one epoch of 8 batches: fewer points than skip_begin=10
-    finder = Tuner(trainer).lr_find(RateModel(lr=0.5), shuffled_loader(), num_training=50)
+    # 8 points: fewer than skip_begin=10 plus skip_end=1 leave two of
+    finder = Tuner(quiet_trainer(tmp_path)).lr_find(RateModel(), shuffled_loader(), num_training=8)
     assert finder is not None and len(finder.results["lr"]) == 8
     assert finder.suggestion() is None and finder.suggestion(skip_begin=1) is not None
 
@@ -260,6 +281,18 @@ def test_diagram_and_history_check_take_the_tuner_table(tmp_path: Any, capsys: A
     dump = trainer.dump_history(tmp_path / "tuned.json")
     assert history_main(["check", dump, "--table", "statemachine.tuner:TUNER_TABLE"]) == 0
     assert capsys.readouterr().out == f"legal path: {len(trainer.history)} records\n"
+
+
+def test_the_diagram_command_renders_and_checks_the_tuner_table(tmp_path: Any, capsys: Any) -> None:
+    table = ["--table", "statemachine.tuner:TUNER_TABLE"]
+    assert diagram_main([*table, "-o", str(tmp_path)]) == 0
+    fit = (tmp_path / "trainer-fit.dot").read_text()
+    assert "tuning" in fit and "lr_find_requested" in fit and "batch_size_search_requested" in fit
+    assert diagram_main([*table, "-o", str(tmp_path), "--check"]) == 0
+    assert diagram_main(["-o", str(tmp_path), "--check"]) == 1  # not the built-in table's diagrams
+    with pytest.raises(SystemExit):
+        diagram_main(table)  # would overwrite the built-in table's committed diagrams
+    assert "--table needs -o" in capsys.readouterr().err
 
 
 # ---- bad input is refused, naming it ---------------------------------------------------------------------------

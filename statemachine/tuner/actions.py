@@ -23,7 +23,7 @@ from statemachine.tuner.search import batch_size_search, lr_search
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
-_LIMITS = ("max_steps", "limit_train_batches", "should_stop")
+_LIMITS = ("max_steps", "max_epochs", "limit_train_batches", "should_stop")
 # The fit loop's own attributes that are not state (the trainer, its views, the running epoch, the loader).
 _NOT_LOOP_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
 

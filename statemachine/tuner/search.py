@@ -99,7 +99,8 @@ def lr_search(trainer: Trainer, finder: LearningRateFinder) -> LRFinder | None:
     recorder = LossRecorder(finder.early_stop_threshold)
     isolate(trainer, [recorder])
     start = trainer.global_step
-    trainer.max_steps = start + finder.num_training
+    # `num_training` steps, across epochs when the loader is shorter: only the step count bounds the sweep.
+    trainer.max_steps, trainer.max_epochs = start + finder.num_training, -1
     load_training_data(trainer)
     while not fit_done(trainer):
         trainer.fit_loop.run_epoch()
