@@ -20,7 +20,6 @@ from torch.utils.data import DataLoader, TensorDataset, random_split
 import statemachine as L
 from statemachine.diagram import build_graph
 from statemachine.history import load_history
-from statemachine.tuner import TUNER_TABLE, Tuner
 
 
 class DigitsData(L.LightningDataModule):
@@ -93,7 +92,11 @@ def main() -> None:
         callbacks=[L.ModelCheckpoint(monitor="val_acc", mode="max")],
     )
     model, data = DigitsClassifier(), DigitsData()
+    table = L.TABLE
     if args.lr_plot:
+        from statemachine.tuner import TUNER_TABLE, Tuner
+
+        table = TUNER_TABLE  # the finder runs in the tuner's states
         lr_finder = Tuner(trainer).lr_find(model, datamodule=data)
         lr_finder.plot(suggest=True).savefig(args.lr_plot)
         print(f"suggested learning rate: {model.hparams.lr:.3g} (plot: {args.lr_plot})")
@@ -103,7 +106,6 @@ def main() -> None:
     run_dir = os.path.dirname(trainer.checkpoint_callback.best_model_path)
     history_path = trainer.dump_history(os.path.join(run_dir, "state-history.json"))
     diagram_path = os.path.join(run_dir, "run-path")
-    table = TUNER_TABLE if args.lr_plot else L.TABLE  # the finder ran on the table with the tuning states
     build_graph(table, overlay=load_history(history_path)).render(diagram_path, format="svg", cleanup=True)
 
     print(f"test accuracy: {results[0]['test_acc']:.4f}")

@@ -3,6 +3,8 @@ found value is written to the model, everything else is as it was before the sea
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from statemachine.history import check_path
 from statemachine.history import main as history_main
 from statemachine.tuner import TUNER_TABLE, Tuner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
 from digits import DigitsClassifier, DigitsData  # noqa: E402
 
 TRAIN_SET = 1257  # the digits example's training split
@@ -255,6 +258,21 @@ def test_a_diverging_sweep_stops_early_and_logs_nothing(tmp_path: Any) -> None:
     assert not metrics.exists() or "train_loss" not in metrics.read_text()
 
 
+def test_the_digits_demo_saves_the_lr_plot(tmp_path: Any) -> None:
+    plot = tmp_path / "lr.png"
+    result = subprocess.run(
+        [sys.executable, "digits.py", "--epochs", "1", "--root", str(tmp_path / "runs"), "--lr-plot", str(plot)],
+        cwd=ROOT / "examples",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "suggested learning rate:" in result.stdout
+
+
 def test_suggestion_needs_enough_points(tmp_path: Any) -> None:
     # 8 points: fewer than skip_begin=10 plus skip_end=1 leave two of
     finder = Tuner(quiet_trainer(tmp_path)).lr_find(RateModel(), shuffled_loader(), num_training=8)
@@ -347,3 +365,16 @@ def test_searches_outside_fit_start_are_refused(tmp_path: Any) -> None:
 class _NoBatchSize(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return shuffled_loader()
+
+
+def test_attributes_are_found_on_the_model_its_hparams_and_the_datamodule(tmp_path: Any) -> None:
+    from statemachine.utilities.parsing import lightning_getattr, lightning_hasattr, lightning_setattr
+
+    model, data = DigitsClassifier(), DigitsData(batch_size=8)
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1, limit_val_batches=1)
+    trainer.fit(model, datamodule=data)  # attaches the datamodule, as a search does
+    assert lightning_getattr(model, "lr") == 2e-3 and lightning_getattr(model, "batch_size") == 8
+    lightning_setattr(model, "batch_size", 32)
+    assert data.hparams.batch_size == 32 and not lightning_hasattr(model, "momentum")
+    with pytest.raises(AttributeError, match="'momentum' is neither an attribute of the model"):
+        lightning_setattr(model, "momentum", 0.9)

@@ -53,7 +53,8 @@ class _Finder(Callback):
         return self._requested_run is not None and self._requested_run is trainer._run
 
     def after_restore(self, trainer: Trainer) -> None:
-        """Once the state before the search is back: what the found value changes in the restored trainer."""
+        """Once the state before the search is back: what the found value changes in the restored trainer
+        (nothing by default: a batch size takes effect when fit loads its data)."""
 
 
 class LearningRateFinder(_Finder):
