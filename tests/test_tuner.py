@@ -102,12 +102,15 @@ class MemoryBound(DigitsClassifier):
         self.tried: list[int] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.allocate(batch, batch_idx)
+        return super().training_step(batch, batch_idx)
+
+    def allocate(self, batch: Any, batch_idx: int) -> None:
         size = len(batch[0])
         if batch_idx == 0:
             self.tried.append(size)
         if size > self.fits:
             raise self.error(f"CUDA out of memory. Tried to allocate a batch of {size}")
-        return super().training_step(batch, batch_idx)
 
 
 def test_power_mode_stops_growing_at_the_first_out_of_memory(tmp_path: Any) -> None:
@@ -153,6 +156,63 @@ def test_an_error_that_is_not_out_of_memory_interrupts_and_restores(tmp_path: An
     assert path(trainer)[-1] == "interrupted" and "tuning.scale_batch_size" in path(trainer)
     assert len(seen) == 1 and isinstance(seen[0], ValueError)  # the user's callbacks are back for on_exception
     assert same_weights(model, before) and trainer.global_step == 0
+
+
+# ---- validate, test, predict --------------------------------------------------------------------------------
+
+
+class SizedDigits(DigitsData):
+    """Every loader takes the batch size being searched."""
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.hparams.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_set, batch_size=self.hparams.batch_size)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_set, batch_size=self.hparams.batch_size)
+
+
+class EvalMemoryBound(MemoryBound):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.allocate(batch, batch_idx)
+        super().validation_step(batch, batch_idx)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.allocate(batch, batch_idx)
+        super().test_step(batch, batch_idx)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.allocate(batch, batch_idx)
+        return self(batch[0]).argmax(1)
+
+
+@pytest.mark.parametrize(
+    ("method", "mode", "expected"), [("validate", "binsearch", 100), ("test", "power", 64), ("predict", "power", 64)]
+)
+def test_scale_batch_size_for_evaluation_runs_that_stage(tmp_path: Any, method: str, mode: str, expected: int) -> None:
+    trainer = quiet_trainer(tmp_path)
+    model, data = EvalMemoryBound(fits=100), SizedDigits()
+    before = weights(model)
+    found = Tuner(trainer).scale_batch_size(model, datamodule=data, method=method, mode=mode, steps_per_trial=1)
+    assert found == expected and data.hparams.batch_size == expected
+    assert path(trainer) == [f"tuning.{method}_batch_size", "finished"]
+    assert trainer.state.fn == L.TrainerFn(method) and check_path(trainer.history, TUNER_TABLE) == []
+    assert same_weights(model, before) and trainer.validate_progress.total.completed == 0
+
+
+def test_batch_size_finder_searches_at_the_start_of_test_then_tests_with_it(tmp_path: Any) -> None:
+    finder = BatchSizeFinder(steps_per_trial=1)
+    trainer = quiet_trainer(tmp_path, callbacks=[finder])
+    model, data = EvalMemoryBound(fits=100), SizedDigits()
+    results = trainer.test(model, datamodule=data, verbose=False)
+    assert finder.optimal_batch_size == 64 and trainer.num_test_batches == [5]  # 270 test samples in batches of 64
+    assert path(trainer) == ["tuning.test_batch_size", "testing", "finished"] and "test_acc" in results[0]
+    assert trainer.test_progress.total.completed == 5  # the trials' batches are not counted
+    with pytest.raises(L.MisconfigurationException, match="dataloaders passed directly"):
+        trainer.validate(model, DataLoader(data.val_set))
+    assert path(trainer)[-1] == "interrupted"
 
 
 # ---- the callbacks, inside a fit ----------------------------------------------------------------------------
@@ -328,8 +388,10 @@ def test_bad_arguments_are_named(tmp_path: Any) -> None:
         LearningRateFinder(min_lr=1.0, max_lr=0.1)
     with pytest.raises(ValueError, match="(?s)mode='grow'.*steps_per_trial=0"):
         BatchSizeFinder(mode="grow", steps_per_trial=0)  # type: ignore[arg-type]
-    with pytest.raises(L.MisconfigurationException, match="method='test'\\) is not supported yet"):
-        tuner.scale_batch_size(RateModel(), method="test")
+    with pytest.raises(L.MisconfigurationException, match="method='test', train_dataloaders and val_dataloaders"):
+        tuner.scale_batch_size(RateModel(), shuffled_loader(), method="test")
+    with pytest.raises(ValueError, match="method='tune': expected one of"):
+        tuner.scale_batch_size(RateModel(), method="tune")  # type: ignore[arg-type]
 
 
 def test_what_a_search_needs_is_checked_before_it_runs(tmp_path: Any) -> None:
@@ -347,7 +409,7 @@ def test_what_a_search_needs_is_checked_before_it_runs(tmp_path: Any) -> None:
         Tuner(trainer).lr_find(RateModel(), shuffled_loader())
 
 
-def test_searches_outside_fit_start_are_refused(tmp_path: Any) -> None:
+def test_an_lr_search_outside_fit_start_is_refused(tmp_path: Any) -> None:
     class LateFinder(LearningRateFinder):
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             pass
@@ -357,9 +419,6 @@ def test_searches_outside_fit_start_are_refused(tmp_path: Any) -> None:
 
     with pytest.raises(L.MisconfigurationException, match="runs at fit start .* 'fitting.training'"):
         quiet_trainer(tmp_path, callbacks=[LateFinder()]).fit(RateModel(), shuffled_loader())
-    trainer = quiet_trainer(tmp_path, callbacks=[BatchSizeFinder()])
-    with pytest.raises(L.MisconfigurationException, match="search at validate start is not supported yet"):
-        trainer.validate(RateModel(), shuffled_loader())
 
 
 class _NoBatchSize(L.LightningDataModule):

@@ -17,13 +17,24 @@ import torch
 
 from stages import rng
 from statemachine import checkpoint
+from statemachine.enums import TrainerFn
 from statemachine.tuner.callbacks import BatchSizeFinder, LearningRateFinder, _Finder
 from statemachine.tuner.search import batch_size_search, lr_search
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
-_LIMITS = ("max_steps", "max_epochs", "limit_train_batches", "should_stop")
+_LIMITS = (
+    "max_steps",
+    "max_epochs",
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "should_stop",
+)
+_RUN_OPTIONS = ("verbose", "return_predictions")
+_PROGRESS = ("validate_progress", "test_progress", "predict_progress")
 # The fit loop's own attributes that are not state (the trainer, its views, the running epoch, the loader).
 _NOT_LOOP_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
 
@@ -38,6 +49,7 @@ class _Search:
     limits: dict[str, Any]
     scheduler_configs: list[Any]
     loop: dict[str, Any]
+    run_options: dict[str, Any]
 
 
 _ACTIVE: WeakKeyDictionary[Any, _Search] = WeakKeyDictionary()
@@ -46,6 +58,10 @@ _ACTIVE: WeakKeyDictionary[Any, _Search] = WeakKeyDictionary()
 def _first_request(trainer: Trainer) -> _Finder | None:
     """The first finder (in callback order) that asked for a search in this run."""
     return next((c for c in trainer.callbacks if isinstance(c, _Finder) and c.requested_in(trainer)), None)
+
+
+def _batch_size_finder(trainer: Trainer) -> BatchSizeFinder | None:
+    return next((c for c in trainer.callbacks if isinstance(c, BatchSizeFinder)), None)
 
 
 # ---- guards -----------------------------------------------------------------------------------------------
@@ -59,6 +75,11 @@ def lr_find_requested(trainer: Trainer) -> bool:
 def batch_size_search_requested(trainer: Trainer) -> bool:
     """A BatchSizeFinder asked for its search at fit start (and comes first)."""
     return isinstance(_first_request(trainer), BatchSizeFinder)
+
+
+def batch_size_finder_present(trainer: Trainer) -> bool:
+    """validate/test/predict: a BatchSizeFinder searches at the start of each."""
+    return _batch_size_finder(trainer) is not None
 
 
 def tuner_exits(trainer: Trainer) -> bool:
@@ -87,12 +108,15 @@ def run_scale_batch_size(trainer: Trainer) -> str:
 
 
 def save_tuning_state(trainer: Trainer) -> str:
-    finder = _first_request(trainer)
-    assert finder is not None, "the guard into a tuning state found a request"
+    run = trainer._run
+    assert run is not None
+    finder = _first_request(trainer) if run.fn == TrainerFn.FITTING else _batch_size_finder(trainer)
+    assert finder is not None, "the guard into a tuning state found a finder"
     finder._requested_run = None
     buffer = io.BytesIO()
     torch.save(checkpoint.dump(trainer, weights_only=False), buffer)
     loop = {k: copy.deepcopy(v) for k, v in vars(trainer.fit_loop).items() if k not in _NOT_LOOP_STATE}
+    loop.update({name: copy.deepcopy(getattr(trainer, name)) for name in _PROGRESS})
     _ACTIVE[trainer] = _Search(
         finder=finder,
         checkpoint=buffer.getvalue(),
@@ -102,6 +126,7 @@ def save_tuning_state(trainer: Trainer) -> str:
         limits={name: getattr(trainer, name) for name in _LIMITS},
         scheduler_configs=list(trainer._optimization.lr_scheduler_configs),
         loop=loop,
+        run_options={name: getattr(run, name) for name in _RUN_OPTIONS},
     )
     return f"saved the state before the search ({buffer.tell()} bytes)"
 
@@ -122,7 +147,11 @@ def restore_tuning_state(trainer: Trainer) -> str:
     precision.load_state_dict(saved.get(type(precision).__qualname__, {}))
     trainer._optimization.load_state_dicts(saved["optimizer_states"], saved["lr_schedulers"])
     loop = trainer.fit_loop
+    for name in _PROGRESS:
+        setattr(trainer, name, search.loop.pop(name))
     vars(loop).update(search.loop)
+    for name, value in search.run_options.items():
+        setattr(trainer._run, name, value)
     loop._train_loader = None  # fit loads its data again, with the batch size the search may have changed
     trainer.fit_validation.teardown()
     trainer._metrics.reset_all()

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from stages.callbacks.callback import Callback
 from stages.exceptions import MisconfigurationException
 from statemachine.table import MachineTable
-from statemachine.tuner.attributes import lightning_hasattr
 from statemachine.tuner.lr_finder import SWEEP_MODES, LRFinder, SweepMode
 from statemachine.tuner.search import lr_attribute
 from statemachine.tuner.table import with_tuning
@@ -115,8 +114,9 @@ class LearningRateFinder(_Finder):
 
 
 class BatchSizeFinder(_Finder):
-    """Finds the largest batch size that trains without running out of memory, at fit start, and writes it to
-    `batch_arg_name` (on the model, its hparams, the datamodule or its hparams) before fit loads its data.
+    """Finds the largest batch size that runs without running out of memory, at the start of fit (training
+    steps), validate, test or predict (that stage's batches), and writes it to `batch_arg_name` (on the model, its
+    hparams, the datamodule or its hparams) before the run loads its data.
 
     `optimal_batch_size` holds the size found.
     """
@@ -147,25 +147,10 @@ class BatchSizeFinder(_Finder):
         self.batch_arg_name = batch_arg_name
         self.optimal_batch_size: int | None = init_val
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit":
-            raise MisconfigurationException(
-                f"BatchSizeFinder searches at fit start only; a search at {stage} start is not supported yet: "
-                f"leave it out of the trainer's callbacks for trainer.{stage}()"
-            )
-
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self.scale_batch_size(trainer, pl_module)
 
     def scale_batch_size(self, trainer: Any, pl_module: Any) -> None:
-        """Ask for the search; it runs in `tuning.scale_batch_size` once fit's setup is done."""
-        if trainer._run.loaders.get("train") is not None:
-            raise MisconfigurationException(
-                "The batch size finder cannot be used with dataloaders passed directly to .fit(): it rebuilds the "
-                "loaders at each size, so they must come from the LightningModule or LightningDataModule"
-            )
-        if not lightning_hasattr(pl_module, self.batch_arg_name):
-            raise MisconfigurationException(
-                f"Field {self.batch_arg_name!r} not found in the model, the datamodule, nor their hparams"
-            )
+        """Ask for the search; it runs in `tuning.scale_batch_size` once fit's setup is done. (For validate, test
+        and predict the search runs on entry, in `tuning.validate_batch_size` and the like.)"""
         self._request(trainer)

@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stages import data
 from stages.callbacks.callback import Callback
+from stages.evaluation import run_test, run_validate
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.loggers import DummyLogger
 from stages.optimization import LRSchedulerConfig
+from stages.prediction import run_predict
+from statemachine.enums import TrainerFn
 from statemachine.guards import fit_done
 from statemachine.tuner.attributes import lightning_hasattr, lightning_setattr
 from statemachine.tuner.lr_finder import LossRecorder, LRFinder, SweepLR
@@ -141,20 +145,29 @@ def _free_memory() -> None:
 
 def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
     """Grow the batch size from `init_val` until a trial runs out of memory (or the dataset is exhausted); the
-    largest size whose trial ran is written to `batch_arg_name` and returned."""
+    largest size whose trial ran is written to `batch_arg_name` and returned. A trial is `steps_per_trial`
+    training steps (fit), or that many batches of the run's own stage (validate, test, predict)."""
     if skipped_for_fast_dev_run(trainer, "batch size finder"):
         return None
     model = trainer.lightning_module
+    run = trainer._run
+    assert run is not None
     name = finder.batch_arg_name
+    kind = _KINDS[run.fn]
+    if run.loaders.get(kind) is not None:
+        raise MisconfigurationException(
+            "The batch size finder cannot be used with dataloaders passed directly to the trainer: it rebuilds the "
+            "loaders at each size, so they must come from the LightningModule or LightningDataModule"
+        )
+    if not lightning_hasattr(model, name):
+        raise MisconfigurationException(f"Field {name!r} not found in the model, the datamodule, nor their hparams")
     isolate(trainer, [])
-    trainer.limit_train_batches = 1.0
+    run_stage = _trial_runner(trainer, kind, finder.steps_per_trial)
 
     def trial(size: int) -> BaseException | None:
         lightning_setattr(model, name, size)
-        trainer.max_steps = trainer.global_step + finder.steps_per_trial
         try:
-            load_training_data(trainer)
-            trainer.fit_loop.run_epoch()
+            run_stage()
         except RuntimeError as error:
             if not is_oom_error(error):
                 raise
@@ -211,9 +224,50 @@ def _binsearch(trial: Trial, cap: Callable[[int], int], size: int, max_trials: i
     return (low or None), error
 
 
+_KINDS = {
+    TrainerFn.FITTING: "train",
+    TrainerFn.VALIDATING: "val",
+    TrainerFn.TESTING: "test",
+    TrainerFn.PREDICTING: "predict",
+}
+_STAGES = {"val": run_validate, "test": run_test, "predict": run_predict}
+
+
+def _trial_runner(trainer: Trainer, kind: str, steps: int) -> Callable[[], None]:
+    """One trial: `steps` training steps through the fit loop, or `steps` batches of the stage's own handler."""
+    if kind == "train":
+        trainer.limit_train_batches = 1.0
+
+        def train() -> None:
+            trainer.max_steps = trainer.global_step + steps
+            load_training_data(trainer)
+            trainer.fit_loop.run_epoch()
+
+        return train
+    setattr(trainer, f"limit_{kind}_batches", steps)
+    run = trainer._run
+    assert run is not None
+    run.verbose = run.return_predictions = False
+    handler = _STAGES[kind]
+
+    def evaluate() -> None:
+        handler(trainer)
+        if len(data.as_list(_loaders(trainer, kind))) > 1:
+            raise MisconfigurationException(f"The batch size finder cannot be used with several {kind} dataloaders")
+
+    return evaluate
+
+
+def _loaders(trainer: Trainer, kind: str) -> Any:
+    return trainer.train_dataloader if kind == "train" else getattr(trainer, f"{kind}_dataloaders")
+
+
 def _capped(trainer: Trainer, size: int) -> int:
-    """A batch larger than the training set cannot grow any more."""
-    dataset = getattr(trainer.train_dataloader, "dataset", None)
+    """A batch larger than the dataset cannot grow any more."""
+    run = trainer._run
+    assert run is not None
+    loaders = data.as_list(_loaders(trainer, _KINDS[run.fn]))
+    dataset = getattr(loaders[0], "dataset", None) if loaders else None
     try:
         return min(size, len(dataset))  # type: ignore[arg-type]
     except TypeError:

@@ -1,9 +1,10 @@
 """`Tuner`: Lightning's entry point to the learning-rate and batch-size searches.
 
-Each search is a fit that runs only the search: the finder callback goes first in the trainer's callbacks with
-`_early_exit` set, fit's setup runs as usual, the tuning state searches and restores, and the run ends in
-`finished` (the teardown hooks run, `on_fit_end` does not). The trainer's machine gains the tuning states for
-that run and keeps them (their edges are only taken when a finder asks).
+Each search is a run (a fit; or validate/test/predict for a batch size) that does only the search: the finder
+callback goes first in the trainer's callbacks with `_early_exit` set, the run's setup goes as usual, the tuning
+state searches and restores, and the run ends in `finished` (the teardown hooks run, `on_fit_end` does not).
+The trainer's machine gains the tuning states for that run and keeps them (their edges are only taken when a
+finder asks).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Tuner:
             update_attr=update_attr,
             attr_name=attr_name,
         )
-        self._search(finder, model, train_dataloaders, val_dataloaders, datamodule)
+        self._search(finder, method, model, (train_dataloaders, val_dataloaders), datamodule)
         return finder.optimal_lr
 
     def scale_batch_size(
@@ -80,11 +81,6 @@ class Tuner:
         `steps_per_trial` steps runs without running out of memory; it is written to `batch_arg_name`."""
         if method not in METHODS:
             raise ValueError(f"method={method!r}: expected one of {METHODS}")
-        if method != "fit":
-            raise MisconfigurationException(
-                f"scale_batch_size(method={method!r}) is not supported yet: the search runs training steps "
-                "(method='fit')"
-            )
         _check_loaders(method, train_dataloaders, val_dataloaders, dataloaders)
         finder = BatchSizeFinder(
             mode=mode,
@@ -93,15 +89,16 @@ class Tuner:
             max_trials=max_trials,
             batch_arg_name=batch_arg_name,
         )
-        self._search(finder, model, train_dataloaders, val_dataloaders, datamodule)
+        loaders = (train_dataloaders, val_dataloaders) if method == "fit" else (dataloaders,)
+        self._search(finder, method, model, loaders, datamodule)
         return finder.optimal_batch_size
 
     def _search(
         self,
         finder: _Finder,
+        method: Method,
         model: LightningModule,
-        train_dataloaders: Any,
-        val_dataloaders: Any,
+        loaders: tuple[Any, ...],
         datamodule: LightningDataModule | None,
     ) -> None:
         trainer = self._trainer
@@ -113,7 +110,7 @@ class Tuner:
         finder._early_exit = True
         trainer.callbacks = [finder, *trainer.callbacks]
         try:
-            trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
+            getattr(trainer, method)(model, *loaders, datamodule=datamodule)
         finally:
             trainer.callbacks = [c for c in trainer.callbacks if c is not finder]
 
@@ -122,4 +119,8 @@ def _check_loaders(method: str, train_dataloaders: Any, val_dataloaders: Any, da
     if method == "fit" and dataloaders is not None:
         raise MisconfigurationException(
             "In the tuner with method='fit', `dataloaders` must be None: pass train_dataloaders and val_dataloaders"
+        )
+    if method != "fit" and (train_dataloaders is not None or val_dataloaders is not None):
+        raise MisconfigurationException(
+            f"In the tuner with method={method!r}, train_dataloaders and val_dataloaders must be None: pass dataloaders"
         )
