@@ -139,7 +139,7 @@ def test_when_nothing_fits_the_out_of_memory_error_is_raised(tmp_path: Any) -> N
     model = MemoryBound(fits=0)
     with pytest.raises(torch.OutOfMemoryError) as error:
         Tuner(trainer).scale_batch_size(model, datamodule=DigitsData(), steps_per_trial=1)
-    assert "found no batch size that fits" in "".join(getattr(error.value, "__notes__", []))
+    assert "found no batch size that fits (tried [2, 1])" in "".join(getattr(error.value, "__notes__", []))
     assert model.tried == [2, 1] and trainer.history[-1].transition == (
         "interrupt: tuning.scale_batch_size -> interrupted"
     )

@@ -163,8 +163,10 @@ def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
         raise MisconfigurationException(f"Field {name!r} not found in the model, the datamodule, nor their hparams")
     isolate(trainer, [])
     run_stage = _trial_runner(trainer, kind, finder.steps_per_trial)
+    tried: list[int] = []
 
     def trial(size: int) -> BaseException | None:
+        tried.append(size)
         lightning_setattr(model, name, size)
         try:
             run_stage()
@@ -180,7 +182,7 @@ def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
     found, error = search(trial, lambda size: _capped(trainer, size), finder.init_val, finder.max_trials)
     if found is None:
         assert error is not None
-        error.add_note(f"the batch size finder found no batch size that fits, down to {finder.init_val}")
+        error.add_note(f"the batch size finder found no batch size that fits (tried {tried})")
         raise error
     lightning_setattr(model, name, found)
     _log.info("Finished the batch size search; the run continues with %s=%d", name, found)
