@@ -1,7 +1,10 @@
 """Train a small classifier on scikit-learn's bundled digits (8x8 images, no download) with the statemachine
 Trainer, then test it, and leave the run's state history and a diagram of its path next to the checkpoint.
 
-    python examples/digits.py [--epochs N] [--root DIR]
+    python examples/digits.py [--epochs N] [--root DIR] [--lr-plot FILE.png]
+
+With `--lr-plot`, the learning rate finder runs first (fit then trains with its suggestion) and its loss-vs-rate
+curve is saved to FILE.png (needs matplotlib: `pip install 'statemachine-trainer[plot]'`).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "runs", "digits"))
+    parser.add_argument("--lr-plot", help="run the learning rate finder first and save its plot to this PNG")
     args = parser.parse_args()
 
     L.seed_everything(0)
@@ -88,13 +92,21 @@ def main() -> None:
         callbacks=[L.ModelCheckpoint(monitor="val_acc", mode="max")],
     )
     model, data = DigitsClassifier(), DigitsData()
+    table = L.TABLE
+    if args.lr_plot:
+        from statemachine.tuner import TUNER_TABLE, Tuner
+
+        table = TUNER_TABLE  # the finder runs in the tuner's states
+        lr_finder = Tuner(trainer).lr_find(model, datamodule=data)
+        lr_finder.plot(suggest=True).savefig(args.lr_plot)
+        print(f"suggested learning rate: {model.hparams.lr:.3g} (plot: {args.lr_plot})")
     trainer.fit(model, datamodule=data)
     results = trainer.test(ckpt_path="best", datamodule=data, verbose=False)
 
     run_dir = os.path.dirname(trainer.checkpoint_callback.best_model_path)
     history_path = trainer.dump_history(os.path.join(run_dir, "state-history.json"))
     diagram_path = os.path.join(run_dir, "run-path")
-    build_graph(overlay=load_history(history_path)).render(diagram_path, format="svg", cleanup=True)
+    build_graph(table, overlay=load_history(history_path)).render(diagram_path, format="svg", cleanup=True)
 
     print(f"test accuracy: {results[0]['test_acc']:.4f}")
     print(f"best checkpoint: {trainer.checkpoint_callback.best_model_path}")

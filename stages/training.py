@@ -113,6 +113,12 @@ class FitLoop:
         with torch.autograd.set_detect_anomaly(self.trainer.detect_anomaly):
             return next(self._training)
 
+    def run_epoch(self) -> None:
+        """One whole epoch for a caller outside `fitting.training` (a tuner's search), whose state has no
+        `val_check` edge: no poll can pause it, so the epoch runs to its end."""
+        for _ in self._run_epoch(continues=False):
+            raise RuntimeError("internal error: a poll paused an epoch that runs outside fitting.training")
+
     def teardown(self) -> None:
         """Drop the training in flight and the loaders: nothing of this run may leak into the next."""
         self._training = None

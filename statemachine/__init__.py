@@ -35,6 +35,8 @@ _EXPORTS = {
     "RichProgressBar": "stages.callbacks.rich_progress",
     "StochasticWeightAveraging": "stages.callbacks.stochastic_weight_avg",
     "ThroughputMonitor": "stages.callbacks.throughput_monitor",
+    "BatchSizeFinder": "statemachine.tuner.callbacks",
+    "LearningRateFinder": "statemachine.tuner.callbacks",
     "LightningDataModule": "stages.datamodule",
     "MisconfigurationException": "stages.exceptions",
     "PossibleUserWarning": "stages.exceptions",

@@ -27,7 +27,7 @@ from pathlib import Path
 import graphviz
 
 from statemachine.enums import TrainerFn, TrainerStatus
-from statemachine.history import HistoryDump, load_history, warn_on_table_mismatch, write_atomic
+from statemachine.history import HistoryDump, load_history, load_table, warn_on_table_mismatch, write_atomic
 from statemachine.table import TABLE, MachineTable, StateSpec, TransitionSpec
 
 REPO_DIAGRAMS = Path(__file__).resolve().parents[1] / "diagrams"
@@ -556,19 +556,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--measure", action="store_true", help=f"print each SVG's width and smallest font at {README_COLUMN_PX} px"
     )
     modes.add_argument("--history", metavar="DUMP", help="overlay this history dump (file or fsspec URL)")
+    parser.add_argument(
+        "--table", metavar="MODULE:ATTR", help="a table made with TABLE.extend (default: the built-in one); needs -o"
+    )
     args = parser.parse_args(argv)
+    table = TABLE
+    if args.table is not None:
+        if args.output is None:
+            parser.error(f"--table needs -o: {REPO_DIAGRAMS} holds the built-in table's diagrams")
+        try:
+            table = load_table(args.table)
+        except (ImportError, AttributeError, ValueError) as err:
+            parser.error(str(err))
     if args.history is not None:
-        return _render_overlay(parser, args.history, args.output)
+        return _render_overlay(parser, args.history, args.output, table)
     directory = args.output or REPO_DIAGRAMS
     if args.check:
-        return _check(directory)
+        return _check(directory, table)
     if args.measure:
         return _measure(directory)
-    return _render(directory)
+    return _render(directory, table)
 
 
-def _check(directory: str | os.PathLike[str]) -> int:
-    problems = check(directory)
+def _check(directory: str | os.PathLike[str], table: MachineTable) -> int:
+    problems = check(directory, table)
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
@@ -593,9 +604,9 @@ def _measure(directory: str | os.PathLike[str]) -> int:
     return 1 if missing else 0
 
 
-def _render(directory: str | os.PathLike[str]) -> int:
+def _render(directory: str | os.PathLike[str], table: MachineTable) -> int:
     try:
-        written = render(directory)
+        written = render(directory, table)
     except GraphvizMissingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -603,7 +614,7 @@ def _render(directory: str | os.PathLike[str]) -> int:
     return 0
 
 
-def _render_overlay(parser: argparse.ArgumentParser, dump_path: str, output: str | None) -> int:
+def _render_overlay(parser: argparse.ArgumentParser, dump_path: str, output: str | None, table: MachineTable) -> int:
     if output is None:
         parser.error("--history needs -o FILE (.svg, .png or .dot)")
     try:
@@ -612,7 +623,7 @@ def _render_overlay(parser: argparse.ArgumentParser, dump_path: str, output: str
     except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     try:
-        written = write_graph(build_graph(overlay=dump), [output])
+        written = write_graph(build_graph(table, overlay=dump), [output])
     except GraphvizMissingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from transitions.core import MachineError
@@ -73,7 +73,14 @@ class Flow:
     machine_state: str
     trigger: Callable[..., bool]
 
-    def __init__(self, trainer: Trainer, table: MachineTable = TABLE, coverage: TransitionCoverage = COVERAGE):
+    def __init__(
+        self,
+        trainer: Trainer,
+        table: MachineTable = TABLE,
+        coverage: TransitionCoverage = COVERAGE,
+        state: str | None = None,
+    ):
+        """`state`: where the machine starts (the table's initial state by default)."""
         self.trainer = trainer
         self.table = table
         self.history = History()
@@ -99,7 +106,7 @@ class Flow:
             model=self,
             states=_nested_states(table),
             transitions=[self._runtime_transition(spec, binding.callbacks) for spec in table.transitions],
-            initial=table.initial,
+            initial=table.initial if state is None else state,
             auto_transitions=False,
             send_event=True,
             model_attribute="machine_state",
@@ -111,6 +118,19 @@ class Flow:
     @property
     def spec(self) -> StateSpec:
         return self.table.by_name[self.machine_state]
+
+    def with_table(self, table: MachineTable) -> Flow:
+        """This flow on another table (usually one extending this one), between runs: the new flow rests in the
+        same state and appends to the same history."""
+        if table is self.table:
+            return self
+        if not self.spec.resting:
+            raise FlowError(f"internal error: the table cannot change while the machine runs ({self.machine_state!r})")
+        if self.machine_state not in table.by_name:
+            raise ValueError(f"table {table.name!r} has no state {self.machine_state!r}, where the machine rests")
+        flow = Flow(self.trainer, table, self._coverage, state=self.machine_state)
+        flow.history = self.history
+        return flow
 
     def run_handler(self) -> str | None:
         """Run the current state's stage handler; it returns the event to fire (None: a poll already fired)."""
@@ -291,6 +311,16 @@ def _attach_to_cause(cause: BaseException | None, name: str, error: BaseExceptio
     note = f"while the run was interrupted, {name} also failed: {type(error).__name__}: {error}"
     if cause is not None and note not in getattr(cause, "__notes__", ()):
         cause.add_note(note)
+
+
+def table_for(table: MachineTable, owners: Iterable[object]) -> MachineTable:
+    """`table`, extended by every owner (a callback, say) that needs states of its own: such an owner has
+    `extend_table(table) -> MachineTable`, which returns the table unchanged when it already has them."""
+    for owner in owners:
+        extend = getattr(owner, "extend_table", None)
+        if extend is not None:
+            table = extend(table)
+    return table
 
 
 def _nested_states(table: MachineTable) -> list[Any]:

@@ -41,7 +41,7 @@ from statemachine import enums as states
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.enums import RunningStage, TrainerFn, TrainerState
 from statemachine.history import TransitionRecord
-from statemachine.machine import Flow
+from statemachine.machine import Flow, table_for
 from statemachine.profilers import Profiler
 from statemachine.profilers.runner import active_profiler, hook_runner
 from statemachine.signals import SignalConnector
@@ -433,6 +433,8 @@ class Trainer:
             )
             self._ckpt_path_user_set = False
         chosen = ckpt_path if ckpt_path is not None or not self._ckpt_path_user_set else self._ckpt_path
+        # Callbacks that run states of their own (the tuner's finders) extend the machine before the run.
+        self._flow = self._flow.with_table(table_for(self._flow.table, self.callbacks))
         self._run = RunContext(
             fn=fn,
             model=model,

@@ -236,3 +236,27 @@ def test_the_calibration_example_calibrates_after_training() -> None:
     temperature = float(lines[-2].removeprefix("fitted temperature: "))
     assert temperature > 0 and temperature != 1.0
     assert lines[-1].endswith("fitting.training -> fitting.calibrating -> finished")
+
+
+# ---- a callback that needs states of its own ---------------------------------------------------------------
+
+
+class NeedsWarmup(L.Callback):
+    """Declares the warm-up stage it relies on: the trainer extends its table with it before the run."""
+
+    def extend_table(self, table: L.MachineTable) -> L.MachineTable:
+        return WARMUP if table is L.TABLE else table
+
+
+def test_a_callbacks_extend_table_extends_the_machine_before_the_run(tmp_path: Any) -> None:
+    trainer = quiet_trainer(tmp_path, limit_train_batches=2)
+    model = WarmModel(warmup_batches=1)
+    trainer.validate(model, make_loader())
+    assert trainer._flow.table is L.TABLE
+    trainer.callbacks.append(NeedsWarmup())
+    trainer.fit(model, make_loader())
+    assert trainer._flow.table is WARMUP and len(model.warmed) == 1
+    # one history across the change: both runs, a legal path through the extended table
+    assert [r.trigger for r in trainer.history][:2] == ["validate", "finish"]
+    assert "fitting.warming_up" in [r.end_state for r in trainer.history]
+    assert check_path(trainer.history, WARMUP) == []

@@ -27,11 +27,11 @@ _EXPORTS = {
     "RichProgressBar": "stages.callbacks.rich_progress",
     "StochasticWeightAveraging": "stages.callbacks.stochastic_weight_avg",
     "ThroughputMonitor": "stages.callbacks.throughput_monitor",
+    "BatchSizeFinder": "statemachine.tuner.callbacks",
+    "LearningRateFinder": "statemachine.tuner.callbacks",
 }
 _NOT_BUILT = "this callback is not built yet"
 _NOT_SUPPORTED = {
-    "BatchSizeFinder": "the batch size finder (tuner) is not built",
-    "LearningRateFinder": "the learning rate finder (tuner) is not built",
     "SpikeDetection": _NOT_BUILT,
     "WeightAveraging": _NOT_BUILT,
 }

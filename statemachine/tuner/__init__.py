@@ -1,6 +1,12 @@
-"""`lightning.pytorch.tuner`: the batch-size and learning-rate finders are not built yet."""
+"""`lightning.pytorch.tuner`: `Tuner` (learning-rate and batch-size searches), and `TUNER_TABLE`, the built-in
+table with the tuning states (`python -m statemachine.diagram --table statemachine.tuner:TUNER_TABLE`)."""
 
 from statemachine._exports import lazy_exports
 
-__all__: list[str] = []
-__getattr__, __dir__ = lazy_exports(__name__, {}, {"Tuner": "the batch size and learning rate finders are not built"})
+_EXPORTS = {
+    "Tuner": "statemachine.tuner.tuning",
+    "TUNER_TABLE": "statemachine.tuner.table",
+    "LRFinder": "statemachine.tuner.lr_finder",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,160 @@
+"""The tuning states' guards, handlers and transition callbacks (named in `statemachine.tuner.table`).
+
+The edge into a tuning state saves the model and trainer state (a checkpoint held in memory, plus what a
+checkpoint does not hold: the callback and logger lists, the limits, the fit loop's position and the RNG);
+every edge out restores it, so the search leaves no trace but the value it found.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+import torch
+
+from stages import rng
+from statemachine import checkpoint
+from statemachine.enums import TrainerFn
+from statemachine.tuner.callbacks import BatchSizeFinder, LearningRateFinder, _Finder
+from statemachine.tuner.search import batch_size_search, lr_search
+
+if TYPE_CHECKING:
+    from statemachine.trainer import Trainer
+
+_LIMITS = (
+    "max_steps",
+    "max_epochs",
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "should_stop",
+)
+_RUN_OPTIONS = ("verbose", "return_predictions")
+_PROGRESS = ("validate_progress", "test_progress", "predict_progress")
+# The fit loop's own attributes that are not state (the trainer, its views, the running epoch, the loader).
+_NOT_LOOP_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
+
+
+@dataclass
+class _Search:
+    finder: _Finder
+    checkpoint: bytes
+    rng: dict[str, Any]
+    callbacks: list[Any]
+    loggers: list[Any]
+    limits: dict[str, Any]
+    scheduler_configs: list[Any]
+    loop: dict[str, Any]
+    run_options: dict[str, Any]
+
+
+_ACTIVE: WeakKeyDictionary[Any, _Search] = WeakKeyDictionary()
+
+
+def _first_request(trainer: Trainer) -> _Finder | None:
+    """The first finder (in callback order) that asked for a search in this run."""
+    return next((c for c in trainer.callbacks if isinstance(c, _Finder) and c.requested_in(trainer)), None)
+
+
+def _batch_size_finder(trainer: Trainer) -> BatchSizeFinder | None:
+    return next((c for c in trainer.callbacks if isinstance(c, BatchSizeFinder)), None)
+
+
+# ---- guards -----------------------------------------------------------------------------------------------
+
+
+def lr_find_requested(trainer: Trainer) -> bool:
+    """A LearningRateFinder asked for its sweep at fit start (and comes first)."""
+    return isinstance(_first_request(trainer), LearningRateFinder)
+
+
+def batch_size_search_requested(trainer: Trainer) -> bool:
+    """A BatchSizeFinder asked for its search at fit start (and comes first)."""
+    return isinstance(_first_request(trainer), BatchSizeFinder)
+
+
+def batch_size_finder_present(trainer: Trainer) -> bool:
+    """validate/test/predict: a BatchSizeFinder searches at the start of each."""
+    return _batch_size_finder(trainer) is not None
+
+
+def tuner_exits(trainer: Trainer) -> bool:
+    """The search ran for the Tuner alone: the run ends once the state is restored."""
+    return _ACTIVE[trainer].finder._early_exit
+
+
+# ---- handlers ---------------------------------------------------------------------------------------------
+
+
+def run_lr_find(trainer: Trainer) -> str:
+    finder = _ACTIVE[trainer].finder
+    assert isinstance(finder, LearningRateFinder)
+    finder.optimal_lr = lr_search(trainer, finder)
+    return "searched"
+
+
+def run_scale_batch_size(trainer: Trainer) -> str:
+    finder = _ACTIVE[trainer].finder
+    assert isinstance(finder, BatchSizeFinder)
+    finder.optimal_batch_size = batch_size_search(trainer, finder)
+    return "searched"
+
+
+# ---- callbacks --------------------------------------------------------------------------------------------
+
+
+def save_tuning_state(trainer: Trainer) -> str:
+    run = trainer._run
+    assert run is not None
+    finder = _first_request(trainer) if run.fn == TrainerFn.FITTING else _batch_size_finder(trainer)
+    assert finder is not None, "the guard into a tuning state found a finder"
+    finder._requested_run = None
+    buffer = io.BytesIO()
+    torch.save(checkpoint.dump(trainer, weights_only=False), buffer)
+    loop = {k: copy.deepcopy(v) for k, v in vars(trainer.fit_loop).items() if k not in _NOT_LOOP_STATE}
+    loop.update({name: copy.deepcopy(getattr(trainer, name)) for name in _PROGRESS})
+    _ACTIVE[trainer] = _Search(
+        finder=finder,
+        checkpoint=buffer.getvalue(),
+        rng=rng.capture(),
+        callbacks=list(trainer.callbacks),
+        loggers=list(trainer.loggers),
+        limits={name: getattr(trainer, name) for name in _LIMITS},
+        scheduler_configs=list(trainer._optimization.lr_scheduler_configs),
+        loop=loop,
+        run_options={name: getattr(run, name) for name in _RUN_OPTIONS},
+    )
+    return f"saved the state before the search ({buffer.tell()} bytes)"
+
+
+def restore_tuning_state(trainer: Trainer) -> str:
+    search = _ACTIVE.pop(trainer, None)
+    if search is None:
+        return "no search state to restore"
+    trainer.callbacks = search.callbacks
+    trainer.loggers = search.loggers
+    for name, value in search.limits.items():
+        setattr(trainer, name, value)
+    trainer._optimization.lr_scheduler_configs = search.scheduler_configs
+    trainer._hooks.reset()
+    saved = torch.load(io.BytesIO(search.checkpoint), weights_only=False)
+    checkpoint.restore_model_and_callbacks(trainer, saved, "the state saved before the search")
+    precision = trainer.strategy.precision
+    precision.load_state_dict(saved.get(type(precision).__qualname__, {}))
+    trainer._optimization.load_state_dicts(saved["optimizer_states"], saved["lr_schedulers"])
+    loop = trainer.fit_loop
+    for name in _PROGRESS:
+        setattr(trainer, name, search.loop.pop(name))
+    vars(loop).update(search.loop)
+    for name, value in search.run_options.items():
+        setattr(trainer._run, name, value)
+    loop._train_loader = None  # fit loads its data again, with the batch size the search may have changed
+    trainer.fit_validation.teardown()
+    trainer._metrics.reset_all()
+    rng.restore(search.rng)
+    search.finder.after_restore(trainer)
+    return "restored the state saved before the search"
