@@ -76,8 +76,8 @@ def evaluate_fetching(
         progress.is_last_batch = fetcher.done
         if not sanity:
             trainer._metrics.step_end(kind, None, True)
-        if trainer.received_sigterm and not fetcher.done:
-            raise SIGTERMException()
+        if trainer.received_sigterm and not fetcher.done and trainer.world_size == 1:
+            raise SIGTERMException()  # several ranks stop together at a training batch, where the flag is agreed
 
 
 def predict_fetching(

@@ -63,7 +63,8 @@ def evaluate(
                 ):
                     _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
                     progress.is_last_batch = is_last
-                    if trainer.received_sigterm and not (is_last and last_loader):
+                    # Several ranks stop together at a training batch, where the flag is agreed; not here.
+                    if trainer.received_sigterm and not (is_last and last_loader) and trainer.world_size == 1:
                         raise SIGTERMException()
         metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
         metrics.epoch_end_reached(kind)

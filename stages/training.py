@@ -37,10 +37,15 @@ _log = logging.getLogger(__name__)
 
 
 class SIGTERMException(SystemExit):
-    """Raised at the next safe point after SIGTERM, so the interrupt path (and on_exception) runs."""
+    """Raised at the next safe point after SIGTERM, so the interrupt path (and on_exception) runs.
 
-    def __init__(self) -> None:
+    `agreed`: in a multi-process run, every rank raised it at the same batch (the flag is reduced across ranks
+    first), so the interrupt path can still use collectives, e.g. to save one consistent checkpoint.
+    """
+
+    def __init__(self, agreed: bool = False) -> None:
         super().__init__(143)
+        self.agreed = agreed
 
 
 class FitLoop:
@@ -361,7 +366,7 @@ class FitLoop:
                 logger.save()
         self.total_batch_idx += 1
         if trainer.received_sigterm and not epoch_training_done(trainer):
-            raise SIGTERMException()
+            raise SIGTERMException(agreed=self.multi_process)
 
     def _agree_on_stopping(self) -> None:
         """`should_stop` and a SIGTERM are one flag for the whole run: set on any rank, every rank sees it after
@@ -386,8 +391,10 @@ class FitLoop:
         if self.automatic and self._all_batches_ran():
             trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()
+        if self.multi_process:
+            self._agree_on_stopping()
         if trainer.received_sigterm:
-            raise SIGTERMException()
+            raise SIGTERMException(agreed=self.multi_process)
 
     def _all_batches_ran(self) -> bool:
         return self.batch_progress.current.completed == self.num_training_batches or self.is_last_batch

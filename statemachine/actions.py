@@ -204,9 +204,10 @@ def ignore_sigint(trainer: Trainer) -> None:
 
 def notify_peers(trainer: Trainer) -> None:
     """First, before any hook: the other ranks learn of this failure, so they stop now instead of waiting in a
-    collective until the process group's timeout; collectives are local from here on."""
+    collective until the process group's timeout; collectives are local from here on. A SIGTERM that every rank
+    agreed on is no failure: all ranks take this edge together and their hooks may still use collectives."""
     exception = trainer._live_run().exception
-    if exception is not None:
+    if exception is not None and not getattr(exception, "agreed", False):
         trainer.strategy.on_failure(exception)
 
 

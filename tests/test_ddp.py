@@ -469,3 +469,41 @@ def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path
     stop = trainer.history[-1]
     assert (stop.trigger, stop.dest, stop.epoch, stop.global_step) == ("epoch_boundary", "finished", 1, 3)
     assert stop.guards[-1].reason == "should_stop was set"
+
+
+class TerminatedOnRankOne(SeededRanks):
+    """Rank 1 receives SIGTERM (as a preempted job does) during its training step at `step`."""
+
+    def __init__(self, step: int | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.terminate_at = step
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.global_rank == 1 and self.global_step == self.terminate_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+def test_sigterm_to_one_rank_stops_every_rank_with_one_checkpoint_that_resumes_exactly(tmp_path: Path) -> None:
+    shuffled = loader(4, shuffle=True)
+    uninterrupted = TerminatedOnRankOne(dropout=0.5)
+    start = copy.deepcopy(uninterrupted)
+    _trainer(tmp_path / "straight", strategy="ddp_fork", devices=2).fit(uninterrupted, shuffled)
+
+    saves = L.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_on_exception=True, save_top_k=0)
+    preempted = copy.deepcopy(start)
+    preempted.terminate_at = 5  # the second batch of the second epoch
+    with pytest.raises(RankFailedError, match="SIGTERMException"):
+        _trainer(tmp_path / "first", strategy="ddp_fork", devices=2, callbacks=[saves]).fit(preempted, shuffled)
+    (saved,) = (tmp_path / "ckpt").glob("*.ckpt")
+    checkpoint = torch.load(saved, weights_only=False)
+    assert checkpoint["global_step"] == 6  # both ranks stopped after the same batch, the one rank 1 was told in
+    assert len(checkpoint["statemachine_resume"]["per_rank"]) == 2  # every rank's random state, gathered
+
+    resumed = copy.deepcopy(start)
+    with warnings.catch_warnings():
+        # The forked ranks inherit this filter: the resume has no ModelCheckpoint, so its saved state is unused.
+        warnings.filterwarnings("ignore", message=".* holds state for callbacks that are not in this run")
+        resume = _trainer(tmp_path / "resume", strategy="ddp_fork", devices=2, enable_checkpointing=False)
+        resume.fit(resumed, shuffled, ckpt_path=saved)
+    assert weights(resumed) == weights(uninterrupted)  # bit-exact
