@@ -224,6 +224,8 @@ def build_graph(
 def _graph_attrs(table: MachineTable, view: View, marks: _Overlay | None) -> dict[str, str]:
     what = "trainer state machine" if view.fn is None else f"trainer.{view.fn.value}()"
     title = f"{what}  (table {table.digest})"
+    if any(guard.collective for guard in table.guards):
+        title += "\nguard ∃: any rank decides for all ranks; ∀: all ranks must agree"
     if marks is not None:
         title += f"\nrun overlay: edge hit counts, last state {marks.last_state or '-'}"
     return {
@@ -404,7 +406,7 @@ def _edge_label(group: list[TransitionSpec], scope: _Scope, hits: int | None) ->
     # Twins' triggers stack, one per line, so the shared entry's label stays narrow.
     head = " |<br/>".join(f"<b>{_esc(trigger)}</b>" for trigger in dict.fromkeys(t.trigger for t in group))
     if t.guard is not None:
-        head += f" [{_esc(t.guard)}]"
+        head += f" [{_esc(t.guard)}{_collective_mark(scope.table, t)}]"
     if hits:
         head += " " + _hit_label(hits)
     chain = t.callbacks
@@ -417,6 +419,14 @@ def _edge_label(group: list[TransitionSpec], scope: _Scope, hits: int | None) ->
     if name is not None:
         return f"{head}<br/>{_small(f'{name}:', italic=True)}<br/>{_small(*lines)}"
     return f"{head}<br/>{_small(*lines)}"
+
+
+def _collective_mark(table: MachineTable, t: TransitionSpec) -> str:
+    """A guard reduced across ranks says so: `∃` when any rank decides, `∀` when all ranks must."""
+    spec = table.guard_specs.get(t.guard_name or "")
+    if spec is None or spec.collective is None:
+        return ""
+    return " ∃" if spec.collective == "any" else " ∀"
 
 
 def _hit_label(hits: int) -> str:

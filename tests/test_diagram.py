@@ -162,7 +162,7 @@ def test_overview_folds_long_callback_chains_into_named_groups() -> None:
     # The two ways a fit ends share their teardown; the one after training ran adds end_training.
     ended = {t.trigger: len(t.callbacks) for t in TABLE.transitions if t.guard == "fit_done" and t.dest == "finished"}
     train_ready_done = next(a for t, h, a in edges(source) if t == "fitting.train_setup" and h == "finished")
-    assert "<b>train_ready</b> [fit_done]<br/>" in train_ready_done
+    assert "<b>train_ready</b> [fit_done ∃]<br/>" in train_ready_done
     assert f"<i>/ fit teardown chain ({ended['train_ready']})</i>" in train_ready_done
     assert f"/ end_training + fit teardown chain ({ended['epoch_boundary']})" in source
     # Short chains stay spelled out.
@@ -216,9 +216,9 @@ def test_interrupt_edges_are_dashed_firebrick() -> None:
 
 def test_labels_carry_trigger_guard_and_wrapped_callbacks() -> None:
     source = build_graph(view=FIT).source
-    assert "<b>epoch_boundary</b> [not fit_done]>" in source
+    assert "<b>epoch_boundary</b> [not fit_done ∃]>" in source
     stop = next(attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.training", "finished"))
-    assert "<b>epoch_boundary</b> [fit_done]" in stop
+    assert "<b>epoch_boundary</b> [fit_done ∃]" in stop
     assert "<i>end_training + fit teardown chain:</i>" in stop
     assert "/ end_training,<br/>teardown_internals,<br/>call_on_fit_end," in stop
 
@@ -393,3 +393,10 @@ def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], a
         main([arg.format(dump=dump) for arg in argv])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_guards_reduced_across_ranks_are_marked_with_a_legend() -> None:
+    source = build_graph().source
+    assert "[should_check_val ∃]" in source and "[fit_done ∃]" in source
+    assert "[should_sanity_check]" in source  # rank-independent guards carry no mark
+    assert "guard ∃: any rank decides for all ranks" in source
