@@ -172,6 +172,12 @@ class Strategy(ABC):
 class SingleDeviceStrategy(Strategy):
     """One process on one device: collectives are identities."""
 
+    @property
+    def plain_steps(self) -> bool:
+        """Backward and the optimizer step are exactly `loss.backward()` and `optimizer.step()` (no scaling, no
+        autocast, no wrapper), so a loop may call them directly."""
+        return type(self.precision) is Precision
+
     def __init__(self, accelerator: Accelerator, device: torch.device, precision: Precision) -> None:
         super().__init__(accelerator, precision)
         device = torch.device(device)

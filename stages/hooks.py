@@ -101,6 +101,17 @@ class HookRunner:
         self._module_plans[name] = plan
         return plan
 
+    def all_default(self, names: tuple[str, ...]) -> bool:
+        """No callback implements any of `names`, and the module runs Lightning's own default for each (decided
+        once per run: a loop may then take the short way these defaults amount to)."""
+        module = self._module
+        return not any(
+            self._callbacks_for(name)
+            or name in vars(module)
+            or self._module_plans.get(name, self._plan(name)) not in (_SKIP, _DEFAULT)
+            for name in names
+        )
+
     def _callbacks_for(self, name: str) -> list[Callback]:
         found = self._overriding.get(name)
         if found is None:

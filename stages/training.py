@@ -36,6 +36,34 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
+# Lightning's step hooks: when none is customized, an automatic step needs no closure (see _direct_step).
+_STEP_HOOKS = (
+    "optimizer_step",
+    "optimizer_zero_grad",
+    "backward",
+    "on_before_zero_grad",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "configure_gradient_clipping",
+)
+# torch optimizers whose step evaluates a closure exactly once, before the update (not LBFGS).
+_CLOSURE_ONCE = frozenset(
+    {
+        torch.optim.SGD,
+        torch.optim.Adam,
+        torch.optim.AdamW,
+        torch.optim.Adagrad,
+        torch.optim.Adadelta,
+        torch.optim.Adamax,
+        torch.optim.NAdam,
+        torch.optim.RAdam,
+        torch.optim.RMSprop,
+        torch.optim.Rprop,
+    }
+)
+
+
 class SIGTERMException(SystemExit):
     """Raised at the next safe point after SIGTERM, so the interrupt path (and on_exception) runs.
 
@@ -73,6 +101,7 @@ class FitLoop:
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
+        self.direct_steps = False  # see _direct_step_allowed; decided once per epoch
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
@@ -222,6 +251,7 @@ class FitLoop:
             rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
         self.multi_process = trainer.world_size > 1
         self.automatic = module_of(trainer).automatic_optimization
+        self.direct_steps = self._direct_step_allowed()
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -281,7 +311,9 @@ class FitLoop:
             return False
         self.batch_progress.increment_started()
         self.stepped_this_batch = False
-        if self.automatic:
+        if self.direct_steps:
+            outputs = self._direct_step(batch, batch_idx, is_last)
+        elif self.automatic:
             outputs = self._automatic_step(batch, batch_idx, is_last)
         else:
             outputs = self._manual_step(batch, batch_idx)
@@ -296,6 +328,46 @@ class FitLoop:
     def _should_log(self) -> bool:
         every = self.trainer.log_every_n_steps
         return bool(every) and ((self.batches_that_stepped + 1) % every == 0 or self.trainer.should_stop)
+
+    def _direct_step_allowed(self) -> bool:
+        """Whether this epoch's automatic steps may call the optimizer directly instead of through its closure:
+        nothing hooks into the step (the module's and callbacks' step hooks are Lightning's defaults, no clipping,
+        no profiler), the strategy adds nothing to backward and step, and the one optimizer is a torch optimizer
+        known to evaluate a closure once, before its update. The calls and their order are then the same."""
+        trainer = self.trainer
+        optimizers = trainer._optimization.optimizers
+        return (
+            self.automatic
+            and len(optimizers) == 1
+            and type(optimizers[0]) in _CLOSURE_ONCE
+            and not trainer.gradient_clip_val
+            and trainer._active_profiler is None
+            and getattr(trainer.strategy, "plain_steps", False)
+            and trainer._hooks.all_default(_STEP_HOOKS)
+        )
+
+    def _direct_step(self, batch: Any, batch_idx: int, is_last: bool) -> dict[str, Any]:
+        """`_automatic_step` when `_direct_step_allowed`: forward, zero_grad, backward, step, as the closure would."""
+        trainer = self.trainer
+        k = trainer.accumulate_grad_batches
+        optimizer = trainer._optimization.optimizers[0]
+        with torch.enable_grad():
+            output = trainer._hooks.module("training_step", batch, batch_idx)
+        loss = _loss_of(output)
+        if batch_idx % k == 0:
+            progress = self.zero_grad_progress
+            progress.increment_ready()
+            progress.increment_started()
+            optimizer.zero_grad()
+            progress.increment_completed()
+        if loss is not None:
+            loss = loss / k if k > 1 else loss
+            trainer._optimization.check_loss(loss)
+            loss.backward()
+        if (batch_idx + 1) % k == 0 or is_last:
+            optimizer.step()
+            self.on_optimizer_stepped()
+        return _outputs(output, loss)
 
     def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> dict[str, Any]:
         trainer = self.trainer
