@@ -102,6 +102,7 @@ class FitLoop:
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
         self.direct_steps = False  # see _direct_step_allowed; decided once per epoch
+        self.batch_hooks = True  # something implements on_train_batch_start/end; decided once per epoch
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
@@ -252,6 +253,7 @@ class FitLoop:
         self.multi_process = trainer.world_size > 1
         self.automatic = module_of(trainer).automatic_optimization
         self.direct_steps = self._direct_step_allowed()
+        self.batch_hooks = not trainer._hooks.all_default(("on_train_batch_start", "on_train_batch_end"))
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -305,8 +307,7 @@ class FitLoop:
         self.batch_progress.is_last_batch = is_last
         batch = data.transfer(trainer, batch, 0)
         trainer._metrics.current_batch = batch
-        hooks.callbacks("on_train_batch_start", batch, batch_idx)
-        if hooks.module("on_train_batch_start", batch, batch_idx) == -1:
+        if self.batch_hooks and self._batch_start_ends_epoch(batch, batch_idx):
             self.is_last_batch = True
             return False
         self.batch_progress.increment_started()
@@ -319,11 +320,18 @@ class FitLoop:
             outputs = self._manual_step(batch, batch_idx)
         self.batch_progress.increment_processed()
         self._step_schedulers(batch_idx, is_last)
-        hooks.callbacks("on_train_batch_end", outputs, batch, batch_idx)
-        hooks.module("on_train_batch_end", outputs, batch, batch_idx)
+        if self.batch_hooks:
+            hooks.callbacks("on_train_batch_end", outputs, batch, batch_idx)
+            hooks.module("on_train_batch_end", outputs, batch, batch_idx)
         self.batch_progress.increment_completed()
         trainer._metrics.step_end("train", self.batches_that_stepped, self._should_log())
         return True
+
+    def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
+        """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""
+        hooks = self.trainer._hooks
+        hooks.callbacks("on_train_batch_start", batch, batch_idx)
+        return bool(hooks.module("on_train_batch_start", batch, batch_idx) == -1)
 
     def _should_log(self) -> bool:
         every = self.trainer.log_every_n_steps
