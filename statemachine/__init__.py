@@ -13,30 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from statemachine.callbacks import _EXPORTS as _CALLBACKS
+
+# Every callback `statemachine.callbacks` exports is a top-level name too, as in Lightning.
 _EXPORTS = {
-    "Callback": "stages.callbacks.callback",
-    "Checkpoint": "stages.callbacks.callback",
-    "EarlyStopping": "stages.callbacks.early_stopping",
-    "ModelCheckpoint": "stages.callbacks.model_checkpoint",
-    "ModelSummary": "stages.callbacks.model_summary",
-    "ProgressBar": "stages.callbacks.progress",
-    "TQDMProgressBar": "stages.callbacks.progress",
-    "Timer": "stages.callbacks.timer",
-    "BackboneFinetuning": "stages.callbacks.finetuning",
-    "BaseFinetuning": "stages.callbacks.finetuning",
-    "BasePredictionWriter": "stages.callbacks.prediction_writer",
-    "DeviceStatsMonitor": "stages.callbacks.device_stats_monitor",
-    "GradientAccumulationScheduler": "stages.callbacks.gradient_accumulation_scheduler",
-    "LambdaCallback": "stages.callbacks.lambda_function",
-    "LearningRateMonitor": "stages.callbacks.lr_monitor",
-    "ModelPruning": "stages.callbacks.pruning",
-    "OnExceptionCheckpoint": "stages.callbacks.on_exception_checkpoint",
-    "RichModelSummary": "stages.callbacks.rich_model_summary",
-    "RichProgressBar": "stages.callbacks.rich_progress",
-    "StochasticWeightAveraging": "stages.callbacks.stochastic_weight_avg",
-    "ThroughputMonitor": "stages.callbacks.throughput_monitor",
-    "BatchSizeFinder": "statemachine.tuner.callbacks",
-    "LearningRateFinder": "statemachine.tuner.callbacks",
+    **_CALLBACKS,
     "LightningDataModule": "stages.datamodule",
     "MisconfigurationException": "stages.exceptions",
     "PossibleUserWarning": "stages.exceptions",
