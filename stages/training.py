@@ -103,6 +103,7 @@ class FitLoop:
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
         self.direct_steps = False  # see _direct_step_allowed; decided once per epoch
         self.batch_hooks = True  # something implements on_train_batch_start/end; decided once per epoch
+        self._val_time_agreed = False  # multi-process: the ranks' common answer to `_val_interval_passed`
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
@@ -291,6 +292,8 @@ class FitLoop:
         for batch_idx, batch, is_last in batches:
             if not run_batch(batch_idx, batch, is_last):
                 break
+            if self.multi_process:
+                self._agree_across_ranks()
             if poll("val_check"):
                 yield None
             self._post_batch()
@@ -435,8 +438,6 @@ class FitLoop:
 
     def _post_batch(self) -> None:
         trainer = self.trainer
-        if self.multi_process:
-            self._agree_on_stopping()
         if self.automatic and self.stepped_this_batch and trainer._optimization.lr_scheduler_configs:
             trainer._optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
         if self.stepped_this_batch:
@@ -448,13 +449,25 @@ class FitLoop:
         if trainer.received_sigterm and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
 
-    def _agree_on_stopping(self) -> None:
-        """`should_stop` and a SIGTERM are one flag for the whole run: set on any rank, every rank sees it after
-        this batch, so all ranks take the same edges and stop at the same batch (one small collective)."""
+    def _agree_across_ranks(self) -> None:
+        """After each batch, one small collective makes the rank-local inputs of the loop's decisions common:
+        `should_stop` and a SIGTERM (set on any rank, every rank sees them), and, for validation scheduled by time,
+        whether the interval has passed (on any rank's clock). All ranks then take the same edges at the same
+        batch, and the per-batch `val_check` poll needs no collective of its own."""
         trainer = self.trainer
-        flags = torch.tensor([float(trainer.should_stop), float(trainer.received_sigterm)])
-        agreed = trainer.strategy.reduce(flags.to(trainer.strategy.root_device), reduce_op="max")
-        trainer.should_stop, trainer.received_sigterm = bool(agreed[0]), bool(agreed[1])
+        local = [trainer.should_stop, trainer.received_sigterm, self._val_interval_passed()]
+        agreed = trainer.strategy.reduce(
+            torch.tensor(local, dtype=torch.float32, device=trainer.strategy.root_device), reduce_op="max"
+        )
+        trainer.should_stop, trainer.received_sigterm, self._val_time_agreed = (bool(flag) for flag in agreed)
+
+    def _val_interval_passed(self) -> bool:
+        interval = self.val_check_seconds
+        return interval is not None and time.monotonic() - self.last_val_end_time >= interval
+
+    def time_for_validation(self) -> bool:
+        """Time-based validation: the interval has passed (agreed across ranks in a multi-process run)."""
+        return self._val_time_agreed if self.multi_process else self._val_interval_passed()
 
     def _end_epoch(self) -> None:
         trainer = self.trainer
@@ -472,7 +485,7 @@ class FitLoop:
             trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()
         if self.multi_process:
-            self._agree_on_stopping()
+            self._agree_across_ranks()
         if trainer.received_sigterm:
             raise SIGTERMException(agreed=self.multi_process)
 

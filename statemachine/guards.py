@@ -7,7 +7,6 @@ record of the stop says why, the way Lightning's fit loop logs it. The training 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from stages.loop_rules import max_steps_reached, minimums_met
@@ -59,8 +58,7 @@ def should_check_val(trainer: Trainer) -> bool:
     if trainer.should_stop and minimums_met(trainer):
         return True  # validation runs before an early or max_time stop
     if val_check_batch is None:  # time-based: there is no automatic end-of-epoch run
-        interval = loop.val_check_seconds
-        return interval is not None and time.monotonic() - loop.last_val_end_time >= interval
+        return loop.time_for_validation()
     if isinstance(trainer.limit_train_batches, int) and val_check_batch == float("inf"):
         return (loop.batch_idx + 1) % trainer.limit_train_batches == 0
     if val_check_batch != float("inf"):

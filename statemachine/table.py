@@ -518,8 +518,7 @@ _GUARDS = (
     GuardSpec(
         name="should_check_val",
         path="statemachine.guards:should_check_val",
-        collective="any",
-        doc="validation runs after the batch that just finished",
+        doc="validation runs after the batch that just finished (its rank-local inputs are agreed per batch)",
     ),
 )
 

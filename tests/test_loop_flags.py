@@ -323,7 +323,6 @@ def test_time_based_interval_has_no_automatic_end_of_epoch_run(tmp_path: Any) ->
 def test_time_based_interval_follows_the_clock(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     fake_time = SimpleNamespace(monotonic=clock.monotonic)
-    monkeypatch.setattr("statemachine.guards.time", fake_time)
     monkeypatch.setattr("stages.training.time", fake_time)
     monkeypatch.setattr("stages.evaluation.time", fake_time)
     recorder = Recorder()
