@@ -155,7 +155,7 @@ class DDPStrategy(Strategy):
         self._store = dist.TCPStore(host, port, size, is_master=rank == 0 and not hosted_elsewhere, timeout=timeout)
         _log.info("rank %d/%d: joining the %s process group at %s:%d", rank, size, self.backend, host, port)
         dist.init_process_group(self.backend, store=self._store, rank=rank, world_size=size, timeout=timeout)
-        atexit.register(_destroy_group)
+        atexit.register(self._leave)
         children = getattr(self.launcher, "dead_children", None)
         self.watch = PeerWatch(dist.PrefixStore("statemachine", self._store), rank, children)
 
@@ -172,6 +172,13 @@ class DDPStrategy(Strategy):
                 f"a process group with world size {dist.get_world_size()} (rank {dist.get_rank()}) already exists, "
                 f"but this strategy needs world size {self.world_size} (rank {self.global_rank})"
             )
+
+    def _leave(self) -> None:
+        """At exit: stop watching the peers first (its thread must not be inside a store call while the store and
+        the process group go away: the C++ side would abort the process), then leave the process group."""
+        if self.watch is not None:
+            self.watch.stop()
+        _destroy_group()
 
     def arm(self, handling: Callable[[], bool]) -> None:
         """A run starts: a peer's failure from now on interrupts this process (unless `handling()` says it is

@@ -109,9 +109,12 @@ class PeerWatch:
             time.sleep(_POLL_SECONDS)
 
     def stop(self) -> None:
+        """Stop polling and wait for the thread to leave the store (a poll returns within the store's timeout)."""
         self._stop.set()
         if PeerWatch._active is self:
             PeerWatch._active = None
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
 
     def _loop(self) -> None:
         while not self._stop.wait(_POLL_SECONDS):
