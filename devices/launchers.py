@@ -10,6 +10,7 @@ A process started by torchrun or SLURM gets no launcher: it is already one of th
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import io
 import logging
@@ -18,8 +19,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
@@ -157,7 +159,8 @@ class MultiprocessingLauncher:
             join=False,
         ).processes
         try:
-            return self._collect(processes, queue, dist.PrefixStore("statemachine", store))
+            with _forwarding_sigterm(processes):
+                return self._collect(processes, queue, dist.PrefixStore("statemachine", store))
         finally:
             strategy._store_host = None
 
@@ -210,6 +213,27 @@ class MultiprocessingLauncher:
 
     def kill(self, signum: int) -> None:
         """Processes started here are stopped by the multiprocessing context when the main process exits."""
+
+
+@contextlib.contextmanager
+def _forwarding_sigterm(processes: list[Any]) -> Iterator[None]:
+    """While the ranks run, a SIGTERM to this launching process (a preempted job) goes to every rank, which stop
+    together at one batch and can save a checkpoint; this process then reports how they ended."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: Any) -> None:
+        _log.info("received SIGTERM: passing it on to the rank processes")
+        for process in processes:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _worker(local_rank: int, strategy: DDPStrategy, function: Callable[..., Any], args: tuple, queue: Any) -> None:

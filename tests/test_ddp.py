@@ -507,3 +507,23 @@ def test_sigterm_to_one_rank_stops_every_rank_with_one_checkpoint_that_resumes_e
         resume = _trainer(tmp_path / "resume", strategy="ddp_fork", devices=2, enable_checkpointing=False)
         resume.fit(resumed, shuffled, ckpt_path=saved)
     assert weights(resumed) == weights(uninterrupted)  # bit-exact
+
+
+class TerminatesItsLauncher(SeededRanks):
+    """Rank 0 sends SIGTERM to the process that launched the ranks, as a cluster preempting the job would."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.global_rank == 0 and self.global_step == 5:
+            os.kill(os.getppid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+def test_sigterm_to_the_launching_process_reaches_every_rank(tmp_path: Path) -> None:
+    saves = L.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_on_exception=True, save_top_k=0)
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RankFailedError, match="SIGTERMException"):
+        _trainer(tmp_path, strategy="ddp_fork", devices=2, callbacks=[saves]).fit(TerminatesItsLauncher(), loader(4))
+    assert signal.getsignal(signal.SIGTERM) is handler  # this process's own handler is back
+    (saved,) = (tmp_path / "ckpt").glob("*.ckpt")
+    checkpoint = torch.load(saved, weights_only=False)
+    assert checkpoint["global_step"] == 6 and len(checkpoint["statemachine_resume"]["per_rank"]) == 2
