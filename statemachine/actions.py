@@ -248,5 +248,16 @@ def teardown_profiler(trainer: Trainer) -> None:
 
 def dump_history(trainer: Trainer) -> None:
     """Post-mortem: every interrupt leaves the run's path on disk, next to its logs. Written once the interrupt
-    edge is complete, so the dump ends in `interrupted`."""
-    trainer._flow.defer(trainer._dump_interrupt_history)
+    edge is complete, so the dump ends in `interrupted`; a dump that fails (a full disk) is logged and noted on
+    the original error, never replaces it."""
+    exception = trainer._live_run().exception
+
+    def write() -> None:
+        try:
+            trainer._dump_interrupt_history()
+        except Exception as error:
+            _log.warning("the state history could not be dumped", exc_info=error)
+            if exception is not None:
+                exception.add_note(f"the state history could not be dumped: {type(error).__name__}: {error}")
+
+    trainer._flow.defer(write)

@@ -101,3 +101,13 @@ def test_ctrl_c_pressed_many_times_at_once_still_shuts_down_and_the_trainer_runs
     lines = out.splitlines()
     assert lines[:2] == ["KeyboardInterrupt", "STATE interrupted LAST interrupt->interrupted"], err
     assert lines[2] == "AGAIN finished 2"
+
+
+def test_a_failing_dump_is_noted_and_never_replaces_the_error(tmp_path: Any) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the log directory would be")
+    trainer = quiet_trainer(blocked)  # the dump goes under default_root_dir, which is a file
+    with pytest.raises(Boom) as caught:
+        trainer.fit(TinyModel(fail_in="training_step"), make_loader())
+    assert any(note.startswith("the state history could not be dumped") for note in caught.value.__notes__)
+    assert trainer.interrupted and trainer.history[-1].dest == "interrupted"
