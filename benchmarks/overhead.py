@@ -108,23 +108,28 @@ class SilentSimpleProfiler(SimpleProfiler):
         self.teardown(self._stage)
 
 
+def quiet_trainer(root: str, **options: Any) -> L.Trainer:
+    """One epoch with logger, checkpointing, progress bar, summary and sanity check off."""
+    return L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=root,
+        **options,
+    )
+
+
 def run_trainer(config: str, train: PrebuiltBatches, val: PrebuiltBatches, root: str) -> int:
     if config == "defaults":
         model: MLPModule = ValidatingMLP(train, val, log=True)
         trainer = L.Trainer(accelerator="cpu", max_epochs=1, enable_progress_bar=False, default_root_dir=root)
     else:
         model = MLPModule(train, None, log=config == "log")
-        trainer = L.Trainer(
-            accelerator="cpu",
-            max_epochs=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            default_root_dir=root,
-            profiler=SilentSimpleProfiler() if config == "simple" else None,
-        )
+        trainer = quiet_trainer(root, profiler=SilentSimpleProfiler() if config == "simple" else None)
     trainer.fit(model)
     return int(trainer.global_step)
 
@@ -181,15 +186,7 @@ def time_log_calls(calls: int, root: str) -> dict[str, float]:
         samples = []
         for _ in range(3):
             model = LogTimer(make_batches(8, seed=1), calls, **options)
-            trainer = L.Trainer(
-                max_epochs=1,
-                logger=False,
-                enable_checkpointing=False,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                default_root_dir=root,
-            )
-            trainer.fit(model)
+            quiet_trainer(root).fit(model)
             samples.append(model.seconds / calls * 1e6)
         result[label] = statistics.median(samples)
     return result
@@ -222,16 +219,7 @@ def time_polls(calls: int, root: str) -> float:
     samples = []
     for _ in range(3):
         model = PollTimer(make_batches(8, seed=1), calls)
-        trainer = L.Trainer(
-            max_epochs=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            default_root_dir=root,
-        )
-        trainer.fit(model)
+        quiet_trainer(root).fit(model)
         samples.append(model.seconds / calls * 1e6)
     return statistics.median(samples)
 

@@ -37,6 +37,12 @@ class Strategy(ABC):
         self.precision = precision
 
     @property
+    def plain_steps(self) -> bool:
+        """Backward and the optimizer step are exactly `loss.backward()` and `optimizer.step()` (no scaling, no
+        autocast, no wrapper), so a loop may call them directly."""
+        return False
+
+    @property
     @abstractmethod
     def root_device(self) -> torch.device:
         """The device this process trains on."""
@@ -174,9 +180,7 @@ class SingleDeviceStrategy(Strategy):
 
     @property
     def plain_steps(self) -> bool:
-        """Backward and the optimizer step are exactly `loss.backward()` and `optimizer.step()` (no scaling, no
-        autocast, no wrapper), so a loop may call them directly."""
-        return type(self.precision) is Precision
+        return type(self.precision) is Precision  # one process, 32-bit: nothing wraps backward or the step
 
     def __init__(self, accelerator: Accelerator, device: torch.device, precision: Precision) -> None:
         super().__init__(accelerator, precision)

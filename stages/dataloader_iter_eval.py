@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from stages import data
 from stages.dataloader_iter import DataloaderIter, Fetched
+from stages.loop_rules import sigterm_stops_evaluation
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
 
@@ -76,8 +77,8 @@ def evaluate_fetching(
         progress.is_last_batch = fetcher.done
         if not sanity:
             trainer._metrics.step_end(kind, None, True)
-        if trainer.received_sigterm and not fetcher.done and trainer.world_size == 1:
-            raise SIGTERMException()  # several ranks stop together at a training batch, where the flag is agreed
+        if sigterm_stops_evaluation(trainer) and not fetcher.done:
+            raise SIGTERMException()
 
 
 def predict_fetching(

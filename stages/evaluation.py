@@ -11,6 +11,7 @@ from stages import data
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
 from stages.dataloader_iter_eval import evaluate_fetching
+from stages.loop_rules import sigterm_stops_evaluation
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
 
@@ -63,8 +64,7 @@ def evaluate(
                 ):
                     _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
                     progress.is_last_batch = is_last
-                    # Several ranks stop together at a training batch, where the flag is agreed; not here.
-                    if trainer.received_sigterm and not (is_last and last_loader) and trainer.world_size == 1:
+                    if sigterm_stops_evaluation(trainer) and not (is_last and last_loader):
                         raise SIGTERMException()
         metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
         metrics.epoch_end_reached(kind)

@@ -26,6 +26,12 @@ def max_steps_reached(trainer: TrainerView) -> bool:
     return trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
 
 
+def sigterm_stops_evaluation(trainer: TrainerView) -> bool:
+    """After an evaluation batch: a SIGTERM stops the run here in one process. Several ranks stop together at a
+    training batch, where the flag is agreed across them, never in the middle of an evaluation."""
+    return trainer.received_sigterm and trainer.world_size == 1
+
+
 def epoch_training_done(trainer: TrainerView) -> bool:
     """After a batch: this epoch has no more training to do (its batches ran out, or max_steps is reached)."""
     loop = trainer.fit_loop

@@ -305,9 +305,6 @@ class MetricsCollector:
             self._batch_size_cache = (id(batch), infer_batch_size(batch))
         return self._batch_size_cache[1]
 
-    def _current_bucket(self) -> dict[str, _Entry] | None:
-        return self._bucket_for(self.trainer._flow.machine_state)
-
     def _bucket_for(self, state: str) -> dict[str, _Entry] | None:
         """The bucket a machine state logs into (None: logging is not allowed there), cached per state."""
         stage = self.trainer._flow.table.by_name[state].stage

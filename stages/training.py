@@ -353,7 +353,7 @@ class FitLoop:
             and type(optimizers[0]) in _CLOSURE_ONCE
             and not trainer.gradient_clip_val
             and trainer._active_profiler is None
-            and getattr(trainer.strategy, "plain_steps", False)
+            and trainer.strategy.plain_steps
             and trainer._hooks.all_default(_STEP_HOOKS)
         )
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from stages import rng
 from stages.contract import module_of
 from stages.resume import ResumePoint
+from stages.training import SIGTERMException
 from statemachine import checkpoint
 from statemachine.profilers.simple import SimpleProfiler
 
@@ -207,7 +208,8 @@ def notify_peers(trainer: Trainer) -> None:
     collective until the process group's timeout; collectives are local from here on. A SIGTERM that every rank
     agreed on is no failure: all ranks take this edge together and their hooks may still use collectives."""
     exception = trainer._live_run().exception
-    if exception is not None and not getattr(exception, "agreed", False):
+    agreed_stop = isinstance(exception, SIGTERMException) and exception.agreed
+    if exception is not None and not agreed_stop:
         trainer.strategy.on_failure(exception)
 
 

@@ -224,8 +224,10 @@ def build_graph(
 def _graph_attrs(table: MachineTable, view: View, marks: _Overlay | None) -> dict[str, str]:
     what = "trainer state machine" if view.fn is None else f"trainer.{view.fn.value}()"
     title = f"{what}  (table {table.digest})"
-    if any(guard.collective for guard in table.guards):
-        title += "\nguard ∃: any rank decides for all ranks; ∀: all ranks must agree"
+    legend = {"any": "∃: any rank decides for all ranks", "all": "∀: all ranks must agree"}
+    used = [legend[kind] for kind in legend if any(guard.collective == kind for guard in table.guards)]
+    if used:
+        title += "\nguard " + "; ".join(used)
     if marks is not None:
         title += f"\nrun overlay: edge hit counts, last state {marks.last_state or '-'}"
     return {
