@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import torch
@@ -13,11 +14,7 @@ _PSUTIL_MISSING = "DeviceStatsMonitor needs `psutil` for CPU statistics: pip ins
 
 
 def psutil_available() -> bool:
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("psutil") is not None
 
 
 def get_cpu_stats() -> dict[str, float]:

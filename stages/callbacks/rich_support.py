@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 
 def require_rich(user: str) -> None:
-    try:
-        import rich  # noqa: F401
-    except ImportError as error:
+    if importlib.util.find_spec("rich") is None:
         raise ModuleNotFoundError(
             f"{user} requires the `rich` package, which is not installed; install it with "
             "`pip install 'statemachine-trainer[rich]'` (or `pip install rich`)"
-        ) from error
+        )
