@@ -33,7 +33,10 @@ def _already_there(data: Any, device: torch.device) -> bool:
     if kind is Tensor:
         return data.device == device
     if kind is tuple or kind is list:
-        return all(type(item) is Tensor and item.device == device for item in data)
+        for item in data:  # a loop, not all() over a generator: this runs for every batch
+            if type(item) is not Tensor or item.device != device:
+                return False
+        return True
     return False
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, RandomSampler
@@ -218,20 +219,31 @@ _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_a
 
 def transfer(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:
     """The three transfer hooks; a DataModule's override wins over the module's."""
+    return transfer_for(trainer)(batch, dataloader_idx)
+
+
+def transfer_for(trainer: TrainerView) -> Callable[[Any, int], Any]:
+    """`transfer` decided once (a loop asks per epoch): what the three default hooks amount to when neither the
+    module nor a DataModule overrides any, else the hooks themselves."""
+    strategy = trainer.strategy
+    if trainer.datamodule is None and not trainer._hooks.module_overrides_any(_TRANSFER_HOOKS):
+        device, to_device, convert = strategy.root_device, strategy.batch_to_device, strategy.precision.convert_input
+        return lambda batch, _: convert(to_device(batch, device))
+    return partial(_transfer_through_hooks, trainer)
+
+
+def _transfer_through_hooks(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:
     hooks = trainer._hooks
     datamodule = trainer.datamodule
     device = trainer.strategy.root_device
-    # A true precision (e.g. bf16-true) casts the floating-point inputs after the hooks, as the step sees them.
-    convert_input = trainer.strategy.precision.convert_input
-    if datamodule is None and not hooks.module_overrides_any(_TRANSFER_HOOKS):
-        return convert_input(trainer.strategy.batch_to_device(batch, device))  # what the three defaults amount to
     for name in _TRANSFER_HOOKS:
         args = (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
         if datamodule is not None and is_overridden(name, datamodule, LightningDataModule):
             batch = getattr(datamodule, name)(*args)
         elif name == "transfer_batch_to_device" or hooks.module_overrides(name):
             batch = hooks.module(name, *args)
-    return convert_input(batch)
+    # A true precision (e.g. bf16-true) casts the floating-point inputs after the hooks, as the step sees them.
+    return trainer.strategy.precision.convert_input(batch)
 
 
 def without_shuffling(loader: Any) -> Any:

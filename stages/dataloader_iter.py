@@ -119,9 +119,9 @@ def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter, is_
     ran_out = False
     try:
         if loop.automatic:
-            outputs = loop._automatic_step(fetcher, step_idx, is_last)
+            outputs = loop.batch_outputs(*loop._automatic_step(fetcher, step_idx, is_last))
         else:
-            outputs = loop._manual_step(fetcher, step_idx)
+            outputs = loop.batch_outputs(loop._manual_step(fetcher, step_idx), None)
     except StopIteration:
         ran_out = True
     loop.is_last_batch = progress.is_last_batch = fetcher.done or ran_out

@@ -36,7 +36,7 @@ class NonFiniteLossCheck:
             return
         on_cpu = loss.is_cpu
         if on_cpu and loss.numel() == 1:
-            finite = math.isfinite(loss.detach().item())  # about 1 microsecond, a tenth of torch.isfinite
+            finite = math.isfinite(loss.item())  # a fraction of torch.isfinite's cost; item() needs no detach
         elif on_cpu or self.trainer.fit_loop._should_log():
             finite = bool(torch.isfinite(loss.detach()).all())
         else:

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -246,7 +246,6 @@ class FitLoop:
         """One epoch; `continues`: carry on with the restored epoch at its next batch, without its start hooks."""
         trainer = self.trainer
         hooks = trainer._hooks
-        poll = trainer._flow.poll
         saved, self._restored_rng = self._restored_rng, None
         replay_from = self.epoch_start_rng if continues and saved is not None else None
         if saved is not None and replay_from is None:
@@ -255,6 +254,7 @@ class FitLoop:
         self.automatic = module_of(trainer).automatic_optimization
         self.direct_steps = self._direct_step_allowed()
         self.batch_hooks = not trainer._hooks.all_default(("on_train_batch_start", "on_train_batch_end"))
+        self._transfer = data.transfer_for(trainer)
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -286,55 +286,94 @@ class FitLoop:
             profiler=trainer._active_profiler,
             action="train_dataloader_next",
         )
-        run_batch = self._run_batch
         if self.fetches_itself:
-            batches, run_batch = training_steps(self, batches, start)
+            yield from self._run_fetching_steps(*training_steps(self, batches, start))
+        else:
+            yield from self._run_batches(batches)
+        self._end_epoch()
+
+    def _run_batches(self, batches: Iterator[tuple[int, Any, bool]]) -> Iterator[None]:
+        """Each batch up to `on_train_batch_end`, then the table's `val_check` poll (the epoch pauses while the
+        machine validates), then the loop's end-of-batch rules. One loop with the epoch's choices read into
+        locals: for a small model these lines are the trainer's whole per-batch cost."""
+        trainer = self.trainer
+        metrics, poll, transfer, progress = trainer._metrics, trainer._flow.poll, self._transfer, self.batch_progress
+        direct, automatic, batch_hooks, multi_process = (
+            self.direct_steps,
+            self.automatic,
+            self.batch_hooks,
+            self.multi_process,
+        )
         for batch_idx, batch, is_last in batches:
-            if not run_batch(batch_idx, batch, is_last):
+            self.batch_idx = batch_idx
+            self.is_last_batch = progress.is_last_batch = is_last
+            progress.increment_ready()
+            batch = metrics.current_batch = transfer(batch, 0)
+            if batch_hooks and self._batch_start_ends_epoch(batch, batch_idx):
+                self.is_last_batch = True
                 break
-            if self.multi_process:
+            progress.increment_started()
+            self.stepped_this_batch = False
+            if direct:
+                output, loss = self._direct_step(batch, batch_idx, is_last)
+            elif automatic:
+                output, loss = self._automatic_step(batch, batch_idx, is_last)
+            else:
+                output, loss = self._manual_step(batch, batch_idx), None
+            progress.increment_processed()
+            self._step_schedulers(batch_idx, is_last)
+            if batch_hooks:
+                self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
+            progress.increment_completed()
+            metrics.step_end("train", self.batches_that_stepped, self._should_log())
+            if multi_process:
                 self._agree_across_ranks()
             if poll("val_check"):
                 yield None
             self._post_batch()
             if epoch_should_end(trainer):
                 break
-        self._end_epoch()
 
-    def _run_batch(self, batch_idx: int, batch: Any, is_last: bool) -> bool:
-        """One batch up to `on_train_batch_end`; False when `on_train_batch_start` returned -1."""
+    def _run_fetching_steps(
+        self, steps: Iterator[tuple[int, Any, bool]], run_step: Callable[[int, Any, bool], bool]
+    ) -> Iterator[None]:
+        """`_run_batches` for a `training_step` that takes `dataloader_iter` and fetches its own batches."""
         trainer = self.trainer
-        hooks = trainer._hooks
-        self.batch_idx, self.is_last_batch = batch_idx, is_last
-        self.batch_progress.increment_ready()
-        self.batch_progress.is_last_batch = is_last
-        batch = data.transfer(trainer, batch, 0)
-        trainer._metrics.current_batch = batch
-        if self.batch_hooks and self._batch_start_ends_epoch(batch, batch_idx):
-            self.is_last_batch = True
-            return False
-        self.batch_progress.increment_started()
-        self.stepped_this_batch = False
-        if self.direct_steps:
-            outputs = self._direct_step(batch, batch_idx, is_last)
-        elif self.automatic:
-            outputs = self._automatic_step(batch, batch_idx, is_last)
-        else:
-            outputs = self._manual_step(batch, batch_idx)
-        self.batch_progress.increment_processed()
-        self._step_schedulers(batch_idx, is_last)
-        if self.batch_hooks:
-            hooks.callbacks("on_train_batch_end", outputs, batch, batch_idx)
-            hooks.module("on_train_batch_end", outputs, batch, batch_idx)
-        self.batch_progress.increment_completed()
-        trainer._metrics.step_end("train", self.batches_that_stepped, self._should_log())
-        return True
+        for step_idx, fetcher, is_last in steps:
+            if not run_step(step_idx, fetcher, is_last):
+                break
+            if self.multi_process:
+                self._agree_across_ranks()
+            if trainer._flow.poll("val_check"):
+                yield None
+            self._post_batch()
+            if epoch_should_end(trainer):
+                break
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
         """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""
         hooks = self.trainer._hooks
         hooks.callbacks("on_train_batch_start", batch, batch_idx)
         return bool(hooks.module("on_train_batch_start", batch, batch_idx) == -1)
+
+    def _batch_end(self, outputs: dict[str, Any], batch: Any, batch_idx: int) -> None:
+        hooks = self.trainer._hooks
+        hooks.callbacks("on_train_batch_end", outputs, batch, batch_idx)
+        hooks.module("on_train_batch_end", outputs, batch, batch_idx)
+
+    def batch_outputs(self, output: Any, loss: Tensor | None) -> dict[str, Any]:
+        """What `on_train_batch_end` sees: in automatic optimization the detached (divided) loss plus the step's
+        other keys; in manual optimization the step's output, detached."""
+        if not self.automatic:
+            if isinstance(output, Tensor):
+                return {"loss": output.detach()}
+            if isinstance(output, dict):
+                return {key: value.detach() if isinstance(value, Tensor) else value for key, value in output.items()}
+            return {}
+        if loss is None:
+            return {}
+        extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
+        return {"loss": loss.detach(), **extra}
 
     def _should_log(self) -> bool:
         every = self.trainer.log_every_n_steps
@@ -357,7 +396,7 @@ class FitLoop:
             and trainer._hooks.all_default(_STEP_HOOKS)
         )
 
-    def _direct_step(self, batch: Any, batch_idx: int, is_last: bool) -> dict[str, Any]:
+    def _direct_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
         """`_automatic_step` when `_direct_step_allowed`: forward, zero_grad, backward, step, as the closure would."""
         trainer = self.trainer
         k = trainer.accumulate_grad_batches
@@ -378,9 +417,11 @@ class FitLoop:
         if (batch_idx + 1) % k == 0 or is_last:
             optimizer.step()
             self.on_optimizer_stepped()
-        return _outputs(output, loss)
+        return output, loss
 
-    def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> dict[str, Any]:
+    def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
+        """The step, zero_grad and backward inside the optimizer's closure, through every step hook: returns the
+        step's output and the (divided) loss."""
         trainer = self.trainer
         hooks = trainer._hooks
         k = trainer.accumulate_grad_batches
@@ -414,17 +455,12 @@ class FitLoop:
             hooks.module("optimizer_step", epoch, batch_idx, wrapped[0], closure)
         else:
             closure()
-        return _outputs(captured["output"], captured["loss"])
+        return captured["output"], captured["loss"]
 
-    def _manual_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+    def _manual_step(self, batch: Any, batch_idx: int) -> Any:
         trainer = self.trainer
         with torch.enable_grad(), trainer.strategy.precision.forward_context():
-            output = trainer._hooks.module("training_step", batch, batch_idx)
-        if isinstance(output, Tensor):
-            return {"loss": output.detach()}
-        if isinstance(output, dict):
-            return {key: value.detach() if isinstance(value, Tensor) else value for key, value in output.items()}
-        return {}
+            return trainer._hooks.module("training_step", batch, batch_idx)
 
     def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:
         """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch."""
@@ -528,8 +564,12 @@ class FitLoop:
 
 
 def _loss_of(output: Any) -> Tensor | None:
-    if output is None or isinstance(output, Tensor):
+    """The loss an automatic step backpropagates (None: the step skips this batch)."""
+    if isinstance(output, Tensor):
         return output
+    if output is None:
+        warnings.warn("training_step returned None: this batch was skipped", TrainerWarning, stacklevel=3)
+        return None
     if isinstance(output, dict):
         if "loss" not in output:
             raise MisconfigurationException(
@@ -540,16 +580,6 @@ def _loss_of(output: Any) -> Tensor | None:
     raise MisconfigurationException(
         f"training_step returned {type(output).__name__}; return a loss tensor, a dict with 'loss', or None"
     )
-
-
-def _outputs(output: Any, loss: Tensor | None) -> dict[str, Any]:
-    """What `on_train_batch_end` sees: the detached (divided) loss plus the step's other keys."""
-    if loss is None:
-        if output is None:
-            warnings.warn("training_step returned None: this batch was skipped", TrainerWarning, stacklevel=2)
-        return {}
-    extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
-    return {"loss": loss.detach(), **extra}
 
 
 def run_train_setup(trainer: TrainerView) -> str:

@@ -17,7 +17,8 @@ from statemachine.table import TABLE, MachineTable
 class TransitionCoverage:
     def __init__(self) -> None:
         self._transitions: Counter[str] = Counter()
-        self._guards: Counter[tuple[str, bool]] = Counter()
+        # Per guard, [times False, times True]: a machine holds its guards' lists and counts with `tally[value]`.
+        self._guards: dict[str, list[int]] = {}
         self._tables: dict[str, MachineTable] = {TABLE.digest: TABLE}
 
     def register(self, table: MachineTable) -> None:
@@ -31,19 +32,25 @@ class TransitionCoverage:
     def record_transition(self, key: str) -> None:
         self._transitions[key] += 1
 
+    def guard_tally(self, name: str) -> list[int]:
+        """The guard's [times False, times True], for a machine to count into (indexed by the outcome)."""
+        return self._guards.setdefault(name, [0, 0])
+
     def record_guard(self, name: str, value: bool) -> None:
-        self._guards[(name, value)] += 1
+        self.guard_tally(name)[value] += 1
 
     def reset(self) -> None:
         self._transitions.clear()
-        self._guards.clear()
+        for tally in self._guards.values():  # zeroed in place: machines keep counting into these lists
+            tally[:] = [0, 0]
 
     def hits(self, key: str) -> int:
         return self._transitions[key]
 
     def guard_counts(self, name: str) -> tuple[int, int]:
         """(times true, times false)."""
-        return self._guards[(name, True)], self._guards[(name, False)]
+        false, true = self._guards.get(name, (0, 0))
+        return true, false
 
     def percent(self, table: MachineTable = TABLE) -> float:
         """Fired declared transitions as a percentage of the declared ones."""
@@ -79,8 +86,7 @@ class TransitionCoverage:
 
     def export(self) -> dict:
         """The counts as plain JSON data, the shape `merge_counts(**exported)` takes back."""
-        names = dict.fromkeys(name for name, _ in self._guards)
-        guards = {name: list(self.guard_counts(name)) for name in names}
+        guards = {name: list(self.guard_counts(name)) for name, tally in self._guards.items() if any(tally)}
         return {"transitions": dict(self._transitions), "guards": guards}
 
     def merge_counts(self, transitions: Mapping[str, int], guards: Mapping[str, Sequence[int]]) -> None:
@@ -90,8 +96,9 @@ class TransitionCoverage:
         for name, pair in guards.items():
             if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
                 raise ValueError(f"guard {name!r} counts must be a (true, false) pair, got {pair!r}")
-            self._guards[(name, True)] += _count(pair[0], f"guard {name!r} true")
-            self._guards[(name, False)] += _count(pair[1], f"guard {name!r} false")
+            tally = self.guard_tally(name)
+            tally[True] += _count(pair[0], f"guard {name!r} true")
+            tally[False] += _count(pair[1], f"guard {name!r} false")
 
 
 def _count(value: object, what: str) -> int:

@@ -88,8 +88,13 @@ class Flow:
         coverage.register(table)
         binding = bind(table)
         self._handlers = binding.handlers
+        # Per guard: (predicate, None or whether all ranks must agree, its coverage tally [False, True]).
         self._guards = {
-            spec.name: (binding.guards[spec.name], spec.collective == "all" if spec.collective else None)
+            spec.name: (
+                binding.guards[spec.name],
+                spec.collective == "all" if spec.collective else None,
+                coverage.guard_tally(spec.name),
+            )
             for spec in table.guards
         }
         # Per (trigger, state): each candidate's (guard name or None, negated), for the per-batch poll.
@@ -145,12 +150,12 @@ class Flow:
 
         A guard may return a string: it passes when non-empty, and the string is the reason recorded.
         """
-        predicate, all_ranks = self._guards[name]
+        predicate, all_ranks, tally = self._guards[name]
         result = predicate(self.trainer)
         value = bool(result)
         if all_ranks is not None and self._multi_process:
             value = self.trainer.strategy.reduce_boolean_decision(value, all=all_ranks)
-        self._coverage.record_guard(name, value)
+        tally[value] += 1
         return value, result if isinstance(result, str) else None
 
     def poll(self, trigger: str) -> bool:
