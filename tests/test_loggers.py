@@ -274,6 +274,24 @@ def test_csv_metrics_file_grows_columns_and_keeps_earlier_rows(tmp_path: Path) -
     assert sorted(os.listdir(logger.log_dir)) == ["metrics.csv"]  # no temporary files left behind
 
 
+def test_csv_appends_rows_under_an_unchanged_header(tmp_path: Path) -> None:
+    """A save with no new key appends to the same file (`tail -f metrics.csv` keeps following it) instead of
+    rewriting it, so a long run's saves cost their new rows only."""
+    logger = CSVLogger(tmp_path)
+    path = os.path.join(logger.log_dir, "metrics.csv")
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.save()
+    with open(path, newline="") as follower:
+        assert follower.read() == "step,loss\r\n0,1.0\r\n"
+        inode = os.stat(path).st_ino
+        for step in range(1, 4):
+            logger.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+            logger.save()
+            assert follower.read() == f"{step},{1.0 / (step + 1)}\r\n"  # exactly the new row, at the end
+    assert os.stat(path).st_ino == inode
+    assert [row["loss"] for row in _read_csv(path)] == ["1.0", "0.5", "0.3333333333333333", "0.25"]
+
+
 def test_csv_flushes_every_n_steps(tmp_path: Path) -> None:
     logger = CSVLogger(tmp_path, flush_logs_every_n_steps=3)
     path = os.path.join(logger.log_dir, "metrics.csv")

@@ -1,11 +1,14 @@
-"""CSV logger: metrics to `metrics.csv`, hyperparameters to `hparams.yaml`, every write atomic."""
+"""CSV logger: metrics to `metrics.csv`, hyperparameters to `hparams.yaml`.
+
+A file is replaced atomically whenever its header or content changes as a whole; new metric rows under the same
+header are appended."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
-import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping
@@ -125,13 +128,13 @@ class CSVWriter:
             _atomic_write(self.metrics_file, lambda out: self._write_rows(out, old_rows + rows, header=True))
             self._file_written = True
         else:
-            # copying the old bytes is cheaper than parsing them, and still never exposes a half-written file
-            def append(out: IO[str]) -> None:
-                with open(self.metrics_file, newline="") as existing:
-                    shutil.copyfileobj(existing, out)
-                self._write_rows(out, rows, header=False)
-
-            _atomic_write(self.metrics_file, append)
+            # Appended, not rewritten: a save costs the new rows, not the whole file (a long run saves thousands of
+            # times). The rows go out in one write, so earlier rows are never touched and a crash can cut at most
+            # the last line short.
+            text = io.StringIO(newline="")
+            self._write_rows(text, rows, header=False)
+            with open(self.metrics_file, "a", newline="") as out:
+                out.write(text.getvalue())
 
     def _read_rows(self) -> list[dict[str, Any]]:
         with open(self.metrics_file, newline="") as existing:
