@@ -74,6 +74,11 @@ class Precision:
         """The batch as the step should see it."""
         return data
 
+    @property
+    def casts_input(self) -> bool:
+        """Whether `convert_input` changes a batch at all (a loop may skip the call when it does not)."""
+        return type(self).convert_input is not Precision.convert_input
+
     def tensor_init_context(self) -> AbstractContextManager[None]:
         """Where `trainer.init_module()` creates parameters: in the dtype this precision trains in."""
         return nullcontext()

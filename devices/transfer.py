@@ -21,23 +21,20 @@ def move_to_device(data: Any, device: torch.device | str | int) -> Any:
     Anything else is returned as it is.
     """
     target = device if isinstance(device, torch.device) else torch.device(device)
-    if _already_there(data, target):
-        return data
-    # Copies host -> GPU can overlap with compute; copies to the host must finish before Python reads them.
-    return _move(data, target, non_blocking=target.type == "cuda")
-
-
-def _already_there(data: Any, device: torch.device) -> bool:
-    """The per-batch fast path: a tensor, or a flat tuple/list of tensors, already on `device`."""
+    # The per-batch fast path, written inline (it runs for every batch): a tensor, or a flat tuple/list of
+    # tensors, already on the device.
     kind = type(data)
     if kind is Tensor:
-        return data.device == device
-    if kind is tuple or kind is list:
-        for item in data:  # a loop, not all() over a generator: this runs for every batch
-            if type(item) is not Tensor or item.device != device:
-                return False
-        return True
-    return False
+        if data.device == target:
+            return data
+    elif kind is tuple or kind is list:
+        for item in data:
+            if type(item) is not Tensor or item.device != target:
+                break
+        else:
+            return data
+    # Copies host -> GPU can overlap with compute; copies to the host must finish before Python reads them.
+    return _move(data, target, non_blocking=target.type == "cuda")
 
 
 def convert_floating(data: Any, dtype: torch.dtype) -> Any:

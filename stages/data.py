@@ -227,8 +227,10 @@ def transfer_for(trainer: TrainerView) -> Callable[[Any, int], Any]:
     module nor a DataModule overrides any, else the hooks themselves."""
     strategy = trainer.strategy
     if trainer.datamodule is None and not trainer._hooks.module_overrides_any(_TRANSFER_HOOKS):
-        device, to_device, convert = strategy.root_device, strategy.batch_to_device, strategy.precision.convert_input
-        return lambda batch, _: convert(to_device(batch, device))
+        device, to_device, precision = strategy.root_device, strategy.batch_to_device, strategy.precision
+        if not precision.casts_input:
+            return lambda batch, _: to_device(batch, device)
+        return lambda batch, _: precision.convert_input(to_device(batch, device))
     return partial(_transfer_through_hooks, trainer)
 
 

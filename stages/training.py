@@ -304,6 +304,7 @@ class FitLoop:
             self.batch_hooks,
             self.multi_process,
         )
+        schedulers = bool(trainer._optimization.lr_scheduler_configs)
         for batch_idx, batch, is_last in batches:
             self.batch_idx = batch_idx
             self.is_last_batch = progress.is_last_batch = is_last
@@ -321,7 +322,8 @@ class FitLoop:
             else:
                 output, loss = self._manual_step(batch, batch_idx), None
             progress.increment_processed()
-            self._step_schedulers(batch_idx, is_last)
+            if schedulers:
+                self._step_schedulers(batch_idx, is_last)
             if batch_hooks:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
@@ -403,7 +405,7 @@ class FitLoop:
         optimizer = trainer._optimization.optimizers[0]
         with torch.enable_grad():
             output = trainer._hooks.module("training_step", batch, batch_idx)
-        loss = _loss_of(output)
+        loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
         if batch_idx % k == 0:
             progress = self.zero_grad_progress
             progress.increment_ready()
