@@ -10,8 +10,11 @@ pre-built batches. Configurations:
   check; `self.log` per step; the progress bar off, as it is when the output is not a terminal), with a
   2-batch validation at the epoch end, which the plain loop runs too.
 
-After a warm-up of each, trainer and plain runs alternate for `--rounds` rounds; the table shows medians and the
-ratio of medians trainer/plain. `--log-calls N` times `self.log` itself (N calls inside one training step) and
+With `off`, a third run times the floor: a hand-written Lightning-shaped loop doing the least any trainer with
+Lightning's API must do per batch (see `run_floor`), so the table shows how much of the ratio is the trainer's own.
+
+After a warm-up of each, the runs alternate for `--rounds` rounds; the table shows medians and the ratio of
+medians trainer/plain (and floor/plain). `--log-calls N` times `self.log` itself (N calls inside one training step) and
 the per-batch poll of the machine (`Flow.poll("val_check")`, N calls).
 
     python benchmarks/overhead.py [--steps 1280] [--rounds 9] [--configs off,log,defaults] [--json PATH]
@@ -156,6 +159,39 @@ def run_plain(config: str, train: PrebuiltBatches, val: PrebuiltBatches, root: s
     return steps
 
 
+def fetch_ahead(batches: PrebuiltBatches) -> Iterator[tuple[int, Batch, bool]]:
+    """(index, batch, is_last), one batch fetched ahead: a loop knows the last batch before it runs it."""
+    iterator = iter(batches)
+    upcoming = next(iterator)
+    for index, following in enumerate(iterator):
+        yield index, upcoming, False
+        upcoming = following
+    yield len(batches) - 1, upcoming, True
+
+
+def run_floor(train: PrebuiltBatches) -> int:
+    """A Lightning-shaped loop at its least, hand-written: the module's own `training_step` (as users write it,
+    through `self.net`), the last batch known before it runs, the batch's four progress counters, one stop check.
+    No transfer, hooks, loss check, guards or logging: a lower bound for any trainer with Lightning's API."""
+    module = MLPModule(train, None, log=False)
+    optimizer = module.configure_optimizers()
+    module.train()
+    ready = started = processed = completed = 0
+    for batch_idx, batch, is_last in fetch_ahead(train):
+        ready += 1
+        started += 1
+        with torch.enable_grad():
+            loss = module.training_step(batch, batch_idx)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        processed += 1
+        completed += 1
+        if is_last:
+            break
+    return completed
+
+
 class LogTimer(MLPModule):
     """Times `calls` calls of one `self.log` inside a training step (the trainer is in its real logging state)."""
 
@@ -237,23 +273,24 @@ def measure(config: str, steps: int, rounds: int, root: str) -> dict[str, Any]:
         "trainer": lambda: run_trainer(config, train, val, root),
         "plain": lambda: run_plain(config, train, val, root),
     }
+    if config == "off":
+        runs["floor"] = lambda: run_floor(train)
     for name, run in runs.items():  # warm-up: imports, allocator, autograd caches
         _, made = timed(run)
         if made != steps:
             raise RuntimeError(f"{name} made {made} steps, expected {steps}")
     times: dict[str, list[float]] = {name: [] for name in runs}
     for round_index in range(rounds):
-        order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
+        order = list(runs) if round_index % 2 == 0 else list(reversed(runs))  # alternate who runs first
         for name in order:
             times[name].append(timed(runs[name])[0])
     median = {name: statistics.median(values) for name, values in times.items()}
-    return {
-        "trainer_s": times["trainer"],
-        "plain_s": times["plain"],
-        "trainer_us_per_step": median["trainer"] / steps * 1e6,
-        "plain_us_per_step": median["plain"] / steps * 1e6,
-        "ratio": round(median["trainer"] / median["plain"], 3),
-    }
+    numbers: dict[str, Any] = {f"{name}_s": values for name, values in times.items()}
+    numbers.update({f"{name}_us_per_step": median[name] / steps * 1e6 for name in runs})
+    numbers["ratio"] = round(median["trainer"] / median["plain"], 3)
+    if "floor" in median:
+        numbers["floor_ratio"] = round(median["floor"] / median["plain"], 3)
+    return numbers
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -287,9 +324,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for config in configs:
             numbers = measure(config, args.steps, args.rounds, root)
             result["configs"][config] = numbers
+            floor = f"   (floor: {numbers['floor_ratio']:.3f})" if "floor_ratio" in numbers else ""
             print(
                 f"{config:<9} {numbers['trainer_us_per_step']:16.1f} {numbers['plain_us_per_step']:14.1f} "
-                f"{numbers['ratio']:7.3f}"
+                f"{numbers['ratio']:7.3f}{floor}"
             )
         if args.log_calls:
             per_call = time_log_calls(args.log_calls, root)
