@@ -66,6 +66,7 @@ class Precision:
     """Full 32-bit precision: the module and its arithmetic stay as PyTorch made them."""
 
     name: str = "32-true"
+    scaler: torch.amp.GradScaler | None = None  # a gradient scaler that scales losses and may skip updates
 
     def convert_module(self, module: ModuleT) -> ModuleT:
         return module

@@ -47,11 +47,17 @@ class NonFiniteLossCheck:
         trainer = self.trainer
         value = f"{loss.detach().item()}" if loss.numel() == 1 else "not finite"
         where = "" if on_cpu else f" (on {loss.device.type} the loss is checked at logging steps only)"
+        # A gradient scaler (16-mixed) skips the update of a step whose gradients are not finite.
+        harm = (
+            "gradients; the gradient scaler skips this step's update"
+            if trainer.strategy.precision.scaler is not None
+            else "gradients and weights"
+        )
         warnings.warn(
             f"The training loss is {value} at global step {trainer.global_step} (epoch {trainer.current_epoch}, "
-            f"batch {trainer.fit_loop.batch_idx}){where}: backpropagating it puts NaN or inf into the gradients "
-            "and weights. Shown once per run; EarlyStopping(monitor=..., check_finite=True) stops training on a "
-            "non-finite metric",
+            f"batch {trainer.fit_loop.batch_idx}){where}: backpropagating it puts NaN or inf into the {harm}. "
+            "Shown once per run; EarlyStopping(monitor=..., check_finite=True) stops training on a non-finite "
+            "metric",
             TrainerWarning,
             stacklevel=2,
         )

@@ -136,6 +136,7 @@ def test_a_non_finite_loss_warns_once_naming_the_step(tmp_path: Path) -> None:
     messages = [str(w.message) for w in caught if "training loss" in str(w.message)]
     assert len(messages) == 1  # five NaN steps, one warning
     assert messages[0].startswith("The training loss is nan at global step 3 (epoch 0, batch 3)")
+    assert "backpropagating it puts NaN or inf into the gradients and weights." in messages[0]  # no scaler here
 
     trainer.max_epochs = 3  # the next fit continues with epoch 2, still NaN: a new run warns again
     with pytest.warns(UserWarning, match=r"training loss is nan at global step 8 \(epoch 2, batch 0\)"):
