@@ -298,13 +298,13 @@ class FitLoop:
         locals: for a small model these lines are the trainer's whole per-batch cost."""
         trainer = self.trainer
         metrics, poll, transfer, progress = trainer._metrics, trainer._flow.poll, self._transfer, self.batch_progress
+        optimization = trainer._optimization
         direct, automatic, batch_hooks, multi_process = (
             self.direct_steps,
             self.automatic,
             self.batch_hooks,
             self.multi_process,
         )
-        schedulers = bool(trainer._optimization.lr_scheduler_configs)
         for batch_idx, batch, is_last in batches:
             self.batch_idx = batch_idx
             self.is_last_batch = progress.is_last_batch = is_last
@@ -322,7 +322,7 @@ class FitLoop:
             else:
                 output, loss = self._manual_step(batch, batch_idx), None
             progress.increment_processed()
-            if schedulers:
+            if optimization.lr_scheduler_configs:
                 self._step_schedulers(batch_idx, is_last)
             if batch_hooks:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
