@@ -21,7 +21,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 
 
-def _length(iterable: Any) -> int | None:
+def length(iterable: Any) -> int | None:
+    """`len(iterable)`, or None for an iterable without a length."""
     try:
         return len(iterable)
     except (TypeError, NotImplementedError):
@@ -89,7 +90,7 @@ class CombinedLoader(Iterable[Any]):
         """Batches each iterable gives under the limits; unknown (an unsized iterable, no limit) is inf."""
         sizes: list[int | float] = []
         for index, iterable in enumerate(self._flattened):
-            size = _length(iterable)
+            size = length(iterable)
             bound: int | float = math.inf if size is None else size
             if self._limits is not None:
                 bound = min(bound, self._limits[index])

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, RandomSampler
 
 from stages import samplers
-from stages.combined_loader import CombinedLoader
+from stages.combined_loader import CombinedLoader, length
 from stages.contract import run_of
 from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException, TrainerWarning
@@ -88,13 +88,6 @@ def as_list(loaders: Any) -> list[Any]:
     if isinstance(loaders, list | tuple):
         return list(loaders)
     return [loaders]
-
-
-def length(loader: Any) -> int | None:
-    try:
-        return len(loader)
-    except (TypeError, NotImplementedError):
-        return None
 
 
 def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int | float:

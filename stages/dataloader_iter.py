@@ -131,8 +131,7 @@ def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter, is_
         # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still step once.
         trainer._optimization.step_schedulers("epoch", loop.current_epoch + 1, plateau=False)
     if not ran_out:
-        hooks.callbacks("on_train_batch_end", outputs, fetcher.batch, fetcher.batch_idx)
-        hooks.module("on_train_batch_end", outputs, fetcher.batch, fetcher.batch_idx)
+        loop._batch_end(outputs, fetcher.batch, fetcher.batch_idx)
     progress.increment_completed()
     trainer._metrics.step_end("train", loop.batches_that_stepped, loop._should_log())
     return True

@@ -56,12 +56,14 @@ def evaluate(
         if takes_dataloader_iter(getattr(module, _BATCH_HOOKS[noun][1])):
             evaluate_fetching(trainer, noun, kind, loaders, num_batches, progress, sanity)
         else:
+            transfer = data.transfer_for(trainer)
             for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
                 metrics.dataloader_idx = dataloader_idx
                 last_loader = dataloader_idx == len(loaders) - 1
                 for batch_idx, batch, is_last in data.fetch(
                     loader, count, profiler=trainer._active_profiler, action=f"{kind}_dataloader_next"
                 ):
+                    batch = transfer(batch, dataloader_idx)
                     _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
                     progress.is_last_batch = is_last
                     if sigterm_stops_evaluation(trainer) and not (is_last and last_loader):
@@ -91,7 +93,6 @@ def _eval_batch(
     hooks = trainer._hooks
     batch_start, step, batch_end = _BATCH_HOOKS[noun]
     progress.increment_ready()
-    batch = data.transfer(trainer, batch, dataloader_idx)
     trainer._metrics.current_batch = batch
     args = (batch, batch_idx, dataloader_idx) if num_loaders > 1 else (batch, batch_idx)
     hooks.callbacks(batch_start, *args)

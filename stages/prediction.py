@@ -80,6 +80,7 @@ def _predict(
         if takes_dataloader_iter(module_of(trainer).predict_step):
             predict_fetching(trainer, loaders, counts, outputs, keep)
             counts = []  # the step has fetched every batch itself: none is left for the loop below
+        transfer = data.transfer_for(trainer)
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
             for batch_idx, batch, _ in data.fetch(
                 loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"
@@ -90,7 +91,7 @@ def _predict(
                     record.current_batch_indices = recorder.seen[batch_idx]
                     if keep_for_writers:
                         record.epoch_batch_indices[dataloader_idx].append(record.current_batch_indices)
-                batch = data.transfer(trainer, batch, dataloader_idx)
+                batch = transfer(batch, dataloader_idx)
                 args = (batch, batch_idx, dataloader_idx) if len(loaders) > 1 else (batch, batch_idx)
                 hooks.callbacks("on_predict_batch_start", *args)
                 hooks.module("on_predict_batch_start", *args)

@@ -332,8 +332,7 @@ class FitLoop:
                 self._agree_across_ranks()
             if poll("val_check"):
                 yield None
-            self._post_batch()
-            if epoch_should_end(trainer):
+            if self._batch_done():
                 break
 
     def _run_fetching_steps(
@@ -348,8 +347,7 @@ class FitLoop:
                 self._agree_across_ranks()
             if trainer._flow.poll("val_check"):
                 yield None
-            self._post_batch()
-            if epoch_should_end(trainer):
+            if self._batch_done():
                 break
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
@@ -474,7 +472,9 @@ class FitLoop:
         if is_last or batch_idx + 1 == self.num_training_batches:
             optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
 
-    def _post_batch(self) -> None:
+    def _batch_done(self) -> bool:
+        """After a batch and its poll: the batch's bookkeeping (plateau schedulers, counters, loggers saved on a
+        stop, a SIGTERM raised); returns whether the epoch ends here."""
         trainer = self.trainer
         if self.automatic and self.stepped_this_batch and trainer._optimization.lr_scheduler_configs:
             trainer._optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
@@ -486,6 +486,7 @@ class FitLoop:
         self.total_batch_idx += 1
         if trainer.received_sigterm and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
+        return epoch_should_end(trainer)
 
     def _agree_across_ranks(self) -> None:
         """After each batch, one small collective makes the rank-local inputs of the loop's decisions common:

@@ -36,9 +36,6 @@ class TransitionCoverage:
         """The guard's [times False, times True], for a machine to count into (indexed by the outcome)."""
         return self._guards.setdefault(name, [0, 0])
 
-    def record_guard(self, name: str, value: bool) -> None:
-        self.guard_tally(name)[value] += 1
-
     def reset(self) -> None:
         self._transitions.clear()
         for tally in self._guards.values():  # zeroed in place: machines keep counting into these lists

@@ -41,7 +41,7 @@ def test_percent_counts_declared_transitions_that_fired() -> None:
 def test_guard_counts() -> None:
     coverage = TransitionCoverage()
     for value in (True, False, False):
-        coverage.record_guard("fit_done", value)
+        coverage.guard_tally("fit_done")[value] += 1  # as a machine counts
     assert coverage.guard_counts("fit_done") == (1, 2)
     assert coverage.guard_counts("should_check_val") == (0, 0)
 
@@ -49,7 +49,7 @@ def test_guard_counts() -> None:
 def test_report_lists_every_transition_and_guard_in_order() -> None:
     coverage = TransitionCoverage()
     coverage.record_transition(FIT)
-    coverage.record_guard("should_sanity_check", False)
+    coverage.guard_tally("should_sanity_check")[False] += 1
     lines = coverage.report().splitlines()
     assert lines[0] == f"table 'trainer' ({TABLE.digest})"
     assert lines[1] == "transitions (hits):"
@@ -71,7 +71,7 @@ def test_report_lists_every_transition_and_guard_in_order() -> None:
 def test_export_and_merge_add_up_across_processes() -> None:
     worker = TransitionCoverage()
     worker.record_transition(FIT)
-    worker.record_guard("fit_done", True)
+    worker.guard_tally("fit_done")[True] += 1
     exported = json.loads(json.dumps(worker.export()))
     assert exported == {"transitions": {FIT: 1}, "guards": {"fit_done": [1, 0]}}
     main = TransitionCoverage()

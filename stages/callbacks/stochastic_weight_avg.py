@@ -221,8 +221,9 @@ def _recompute_batch_norm(trainer: Any, pl_module: Any) -> None:
     pl_module.train()
     try:
         with torch.no_grad():
+            transfer = data.transfer_for(trainer)
             for batch_idx, batch, _ in data.fetch(loader, trainer.num_training_batches):
-                pl_module.training_step(data.transfer(trainer, batch, 0), batch_idx)
+                pl_module.training_step(transfer(batch, 0), batch_idx)
     finally:
         pl_module.train(was_training)
         state["_current_fx_name"] = previous
