@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -82,3 +87,39 @@ def quiet_trainer(tmp_path: Any, **kwargs: Any) -> L.Trainer:
 @pytest.fixture
 def loader() -> DataLoader:
     return make_loader()
+
+
+class FakeClock:
+    """A monotonic clock a test moves by hand (`now`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def timer_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The Timer callback's clock, and only its own (the process's `time.monotonic` is left alone)."""
+    clock = FakeClock()
+    monkeypatch.setattr("stages.callbacks.timer.time", SimpleNamespace(monotonic=clock.monotonic))
+    return clock
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str, *args: str) -> str:
+    """Run `examples/<name>.py` with `args` in its own interpreter, the project's warnings as errors; its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    warnings_as_errors = [
+        "-W",
+        "error::stages.exceptions.TrainerWarning",
+        "-W",
+        "error::devices.warning_types.DeviceWarning",
+    ]
+    command = [sys.executable, *warnings_as_errors, str(REPO / "examples" / f"{name}.py"), *args]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

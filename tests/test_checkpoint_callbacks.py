@@ -10,12 +10,11 @@ from typing import Any
 import fsspec
 import pytest
 import torch
-from conftest import Boom, TinyModel, make_loader
+from conftest import Boom, FakeClock, TinyModel, make_loader
 from torch.utils.data import DataLoader
 
 import statemachine as L
 from devices.checkpoint_io import load_checkpoint
-from stages.callbacks import timer as timer_module
 from stages.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.callbacks.timer import Timer, parse_duration
@@ -683,14 +682,6 @@ def test_parse_duration() -> None:
         parse_duration(60)  # type: ignore[arg-type]
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Ticking(TinyModel):
     """Moves the timer's clock forward by scripted amounts in each training and validation step."""
 
@@ -708,28 +699,21 @@ class Ticking(TinyModel):
         self.clock.now += self.val_tick
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(timer_module.time, "monotonic", fake)
-    return fake
-
-
-def test_timer_stops_after_duration_per_step(tmp_path: Path, clock: FakeClock) -> None:
+def test_timer_stops_after_duration_per_step(tmp_path: Path, timer_clock: FakeClock) -> None:
     callback = Timer(duration="00:00:01:00", verbose=False)
     trainer = trainer_with(tmp_path, callback, max_epochs=10)
-    trainer.fit(Ticking(clock, train=(59.0, 1.0, 5.0)), batches(4))
+    trainer.fit(Ticking(timer_clock, train=(59.0, 1.0, 5.0)), batches(4))
     assert trainer.global_step == 2  # 59 s after the first step, 60 s after the second: stop there
     assert callback.time_remaining() == pytest.approx(0.0)
-    clock.now += 100
+    timer_clock.now += 100
     assert callback.time_elapsed("train") == pytest.approx(60.0)
     assert callback.start_time("train") == 1000.0 and callback.end_time("train") == 1060.0
 
 
-def test_timer_epoch_interval_and_other_stages(tmp_path: Path, clock: FakeClock) -> None:
+def test_timer_epoch_interval_and_other_stages(tmp_path: Path, timer_clock: FakeClock) -> None:
     callback = Timer(duration={"seconds": 10}, interval="epoch")
     trainer = trainer_with(tmp_path, callback, max_epochs=5)
-    trainer.fit(Ticking(clock, train=(20.0,), val=3.0), batches(3), batches(1))
+    trainer.fit(Ticking(timer_clock, train=(20.0,), val=3.0), batches(3), batches(1))
     # Over time after the first step, but the check is once per epoch: the epoch finishes, no second one.
     assert (trainer.global_step, trainer.current_epoch) == (3, 1)
     assert callback.time_elapsed("validate") == pytest.approx(3.0)
@@ -741,23 +725,23 @@ def test_timer_epoch_interval_and_other_stages(tmp_path: Path, clock: FakeClock)
         Timer(interval="batch")
 
 
-def test_timer_state_resumes_the_clock(tmp_path: Path, clock: FakeClock) -> None:
+def test_timer_state_resumes_the_clock(tmp_path: Path, timer_clock: FakeClock) -> None:
     first = Timer(duration=timedelta(seconds=100))
     trainer = trainer_with(tmp_path, first)
-    trainer.fit(Ticking(clock, train=(40.0,)), batches(1))
+    trainer.fit(Ticking(timer_clock, train=(40.0,)), batches(1))
     trainer.save_checkpoint(tmp_path / "40s.ckpt")
     state = load_checkpoint(str(tmp_path / "40s.ckpt"))["callbacks"][first.state_key]
     assert state == {"time_elapsed": {"train": 40.0, "validate": 0.0, "test": 0.0}}
 
     resumed = Timer(duration=timedelta(seconds=100))
     trainer = trainer_with(tmp_path, resumed, max_epochs=10)
-    trainer.fit(Ticking(clock, train=(50.0, 10.0, 5.0)), batches(4), ckpt_path=tmp_path / "40s.ckpt")
+    trainer.fit(Ticking(timer_clock, train=(50.0, 10.0, 5.0)), batches(4), ckpt_path=tmp_path / "40s.ckpt")
     assert trainer.global_step == 1 + 2  # 40 s restored, then 50 s and 10 s
     assert resumed.time_elapsed() == pytest.approx(100.0)
 
     depleted = Timer(duration=timedelta(seconds=30))
     trainer = trainer_with(tmp_path, depleted, max_epochs=10)
-    trainer.fit(Ticking(clock), batches(4), ckpt_path=tmp_path / "40s.ckpt")
+    trainer.fit(Ticking(timer_clock), batches(4), ckpt_path=tmp_path / "40s.ckpt")
     assert trainer.global_step == 1  # out of time before the first batch
 
 

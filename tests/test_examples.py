@@ -6,25 +6,11 @@ Each runs in its own interpreter, with the project's warnings as errors: an exam
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run_example(name: str, *args: str) -> str:
-    """Run `examples/<name>.py` with `args` from the repository root; its stdout."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    warnings_as_errors = ["-W", "error::stages.exceptions.TrainerWarning"]
-    command = [sys.executable, *warnings_as_errors, str(REPO / "examples" / f"{name}.py"), *args]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+from conftest import run_example
 
 
 def epoch_values(metrics_csv: Path, name: str) -> list[float]:

@@ -4,13 +4,11 @@ is validated like the built-in one, and the diagram, history check and coverage 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import TinyModel, make_loader, quiet_trainer, run_example
 
 import statemachine as L
 from statemachine.config import InvalidTrainerArguments
@@ -19,7 +17,6 @@ from statemachine.diagram import build_graph
 from statemachine.history import check_path
 from statemachine.history import main as history_main
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 STOP = L.TABLE.by_key["epoch_boundary: fitting.training -> finished [fit_done]"]
 WARMUP_EDGE = "train_ready: fitting.train_setup -> fitting.warming_up [needs_warmup]"
 
@@ -223,16 +220,8 @@ def test_callbacks_added_to_an_existing_edge_run_there(tmp_path: Any) -> None:
 # ---- the README's example ----------------------------------------------------------------------------------
 
 
-def test_the_calibration_example_calibrates_after_training() -> None:
-    result = subprocess.run(
-        [sys.executable, "calibration.py", "--epochs", "1", "--root", "runs/test-calibration"],
-        cwd=EXAMPLES,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_the_calibration_example_calibrates_after_training(tmp_path: Path) -> None:
+    lines = run_example("calibration", "--epochs", "1", "--root", str(tmp_path)).splitlines()
     temperature = float(lines[-2].removeprefix("fitted temperature: "))
     assert temperature > 0 and temperature != 1.0
     assert lines[-1].endswith("fitting.training -> fitting.calibrating -> finished")

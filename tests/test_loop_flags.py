@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import FakeClock, TinyModel, make_loader, quiet_trainer
 from torch.utils.data import DataLoader, IterableDataset
 
 import statemachine as L
@@ -205,14 +205,6 @@ def test_max_time_used_up_stops_before_any_epoch(tmp_path: Any, max_time: Any) -
     assert trainer.global_step == 0
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 class Tick(L.Callback):
     """Advances the fake clock by one second per training batch."""
 
@@ -224,11 +216,8 @@ class Tick(L.Callback):
 
 
 @pytest.mark.parametrize("max_time", ["00:00:00:03", timedelta(seconds=3), {"seconds": 3}])
-def test_max_time_stops_after_the_step_that_uses_it_up(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, max_time: Any
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr("stages.callbacks.timer.time", SimpleNamespace(monotonic=clock.monotonic))
+def test_max_time_stops_after_the_step_that_uses_it_up(tmp_path: Any, timer_clock: FakeClock, max_time: Any) -> None:
+    clock = timer_clock
     recorder = Recorder()
     trainer = quiet_trainer(tmp_path, max_epochs=None, max_time=max_time, callbacks=[Tick(clock), recorder])
     fit(trainer, train=batches(10))
@@ -237,9 +226,8 @@ def test_max_time_stops_after_the_step_that_uses_it_up(
     assert recorder.train_ended
 
 
-def test_max_time_waits_for_min_epochs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr("stages.callbacks.timer.time", SimpleNamespace(monotonic=clock.monotonic))
+def test_max_time_waits_for_min_epochs(tmp_path: Any, timer_clock: FakeClock) -> None:
+    clock = timer_clock
     trainer = quiet_trainer(tmp_path, max_epochs=None, min_epochs=2, max_time={"seconds": 1}, callbacks=[Tick(clock)])
     fit(trainer)
     assert (trainer.current_epoch, trainer.global_step) == (2, 8)
