@@ -8,7 +8,7 @@ import atexit
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -38,7 +38,6 @@ class DDPStrategy(Strategy):
     """Lightning's `DDPStrategy`: `timeout` bounds every collective; extra keyword arguments go to
     `DistributedDataParallel` (for example `find_unused_parameters=True`)."""
 
-    strategy_name: ClassVar[str] = "ddp"
     is_distributed = True
 
     def __init__(
@@ -117,7 +116,11 @@ class DDPStrategy(Strategy):
         env = self.cluster_environment
         if env is not None and env.creates_processes_externally:
             return env.global_rank()
-        return self.node_rank * self.num_processes + self.local_rank
+        return self.global_rank_of(self.local_rank)
+
+    def global_rank_of(self, local_rank: int) -> int:
+        """The global rank of this node's process `local_rank`."""
+        return self.node_rank * self.num_processes + local_rank
 
     @property
     def world_size(self) -> int:
@@ -266,14 +269,6 @@ class DDPStrategy(Strategy):
         votes = self.reduce(torch.tensor(int(bool(decision)), device=self.root_device), reduce_op="sum")
         count = int(votes.item())
         return count == self.world_size if all else count > 0
-
-    def check_same(self, value: str) -> list[str] | None:
-        """Every rank's `value` when they differ (index = rank), None when all ranks hold the same one."""
-        if not self.distributed_ready:
-            return None
-        values: list[Any] = [None] * self.world_size
-        self._collective(lambda: dist.all_gather_object(values, value), "check_same")
-        return values if len(set(values)) > 1 else None
 
     def _collective(self, call: Callable[[], Any], name: str) -> Any:
         try:

@@ -64,8 +64,6 @@ def make_launcher(strategy: DDPStrategy) -> ScriptLauncher | MultiprocessingLaun
 class ScriptLauncher:
     """Runs the entry point here as local rank 0 and the same script in a child per other local rank."""
 
-    is_interactive_compatible = False
-
     def __init__(self, strategy: DDPStrategy) -> None:
         self.strategy = strategy
         self.children: list[tuple[int, subprocess.Popen[bytes]]] = []
@@ -90,6 +88,7 @@ class ScriptLauncher:
         command = _script_command()
         node_rank = strategy.node_rank
         for local_rank in range(1, strategy.num_processes):
+            global_rank = strategy.global_rank_of(local_rank)
             child_env = {
                 **os.environ,
                 LAUNCHED_MARKER: "1",
@@ -98,10 +97,9 @@ class ScriptLauncher:
                 "NODE_RANK": str(node_rank),
                 "LOCAL_RANK": str(local_rank),
                 "WORLD_SIZE": str(strategy.world_size),
-                "RANK": str(node_rank * strategy.num_processes + local_rank),
+                "RANK": str(global_rank),
             }
             process = subprocess.Popen(command, env=child_env)  # noqa: S603 - this very script, relaunched
-            global_rank = node_rank * strategy.num_processes + local_rank
             self.children.append((global_rank, process))
         atexit.register(self.wait_for_children, EXIT_GRACE_SECONDS)
 
@@ -125,11 +123,6 @@ class ScriptLauncher:
                 process.kill()
                 process.wait()
 
-    def kill(self, signum: int) -> None:
-        for _, process in self.children:
-            if process.poll() is None:
-                process.send_signal(signum)
-
 
 class MultiprocessingLauncher:
     """torch.multiprocessing with `spawn`, `fork` or `forkserver`; rank 0's return value comes back here."""
@@ -137,14 +130,8 @@ class MultiprocessingLauncher:
     def __init__(self, strategy: DDPStrategy) -> None:
         self.strategy = strategy
 
-    @property
-    def is_interactive_compatible(self) -> bool:
-        return self.strategy.start_method == "fork"
-
     def launch(self, function: Callable[..., Any], *args: Any) -> Any:
         strategy = self.strategy
-        env = strategy.cluster_environment
-        assert env is not None
         # This process hosts the rendezvous store: it outlives every rank, so it can record a rank's death.
         port = find_free_port()
         store = dist.TCPStore(LOOPBACK, port, None, is_master=True, wait_for_workers=False)
@@ -190,7 +177,7 @@ class MultiprocessingLauncher:
                 deadline = time.monotonic() + EXIT_GRACE_SECONDS
                 if process.exitcode < 0:
                     # Killed by a signal, it could not report itself: record it so the other ranks stop.
-                    killed_first = (self._global_rank(ranks[sentinel]), _describe_exit(process.exitcode))
+                    killed_first = (self.strategy.global_rank_of(ranks[sentinel]), _describe_exit(process.exitcode))
                     store.compare_set("first_failure", "", format_failure(*killed_first))
         for sentinel in pending:
             process = processes[ranks[sentinel]]
@@ -207,12 +194,6 @@ class MultiprocessingLauncher:
             errors = [payload for kind, payload in messages if kind == "error"]
             first = errors[0] if errors else (0, "a rank process exited without reporting a result")
         raise RankFailedError(*first)
-
-    def _global_rank(self, local_rank: int) -> int:
-        return self.strategy.node_rank * self.strategy.num_processes + local_rank
-
-    def kill(self, signum: int) -> None:
-        """Processes started here are stopped by the multiprocessing context when the main process exits."""
 
 
 @contextlib.contextmanager

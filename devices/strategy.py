@@ -96,9 +96,10 @@ class Strategy(ABC):
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """Agree on a stop/save decision: every process (`all`) or any process must want it."""
 
-    @abstractmethod
     def check_same(self, value: str) -> list[str] | None:
         """Every process's `value` (index = global rank) when they differ; None when all hold the same one."""
+        values = self.all_gather_object(value)
+        return values if len(set(values)) > 1 else None
 
     def setup_environment(self) -> None:
         """Prepare the device for this process; call once before the module moves."""
@@ -233,9 +234,6 @@ class SingleDeviceStrategy(Strategy):
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         return bool(decision)
-
-    def check_same(self, value: str) -> list[str] | None:
-        return None
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         return [obj]
