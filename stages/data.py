@@ -31,7 +31,7 @@ def has_source(trainer: TrainerView, kind: str) -> bool:
     hook = f"{kind}_dataloader"
     datamodule = trainer.datamodule
     if datamodule is not None:
-        return is_overridden(hook, datamodule, LightningDataModule) or hook in vars(datamodule)
+        return is_overridden(hook, datamodule, LightningDataModule)
     return is_overridden(hook, trainer.lightning_module, LightningModule)
 
 

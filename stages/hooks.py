@@ -37,14 +37,6 @@ def is_overridden(name: str, instance: object, parent: type) -> bool:
     return attribute is not None and attribute is not getattr(parent, name, None)
 
 
-def callback_has_hook(name: str, callback: Callback) -> bool:
-    """A hook assigned on the instance (LambdaCallback's way) counts, and one set to None there switches it off."""
-    assigned = getattr(callback, "__dict__", {})
-    if name in assigned:
-        return assigned[name] is not None
-    return is_overridden(name, callback, Callback)
-
-
 def takes_batch_idx(step: Any) -> bool:
     """Whether a step method is called with `batch_idx`: it names it, takes `*args`, or has two positional slots."""
     try:
@@ -104,18 +96,17 @@ class HookRunner:
     def all_default(self, names: tuple[str, ...]) -> bool:
         """No callback implements any of `names`, and the module runs Lightning's own default for each (decided
         once per run: a loop may then take the short way these defaults amount to)."""
-        module = self._module
+        plans = self._module_plans
         return not any(
-            self._callbacks_for(name)
-            or name in vars(module)
-            or self._module_plans.get(name, self._plan(name)) not in (_SKIP, _DEFAULT)
+            self._callbacks_for(name) or (plans[name] if name in plans else self._plan(name)) not in (_SKIP, _DEFAULT)
             for name in names
         )
 
     def _callbacks_for(self, name: str) -> list[Callback]:
         found = self._overriding.get(name)
         if found is None:
-            found = [cb for cb in self.trainer.callbacks if callback_has_hook(name, cb)]
+            # A hook assigned on the instance (LambdaCallback's way) counts; one set to None there switches it off.
+            found = [cb for cb in self.trainer.callbacks if is_overridden(name, cb, Callback)]
             self._overriding[name] = found
         return found
 

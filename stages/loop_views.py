@@ -83,7 +83,7 @@ class TrainingEpochLoopView:
 
     @property
     def total_batch_idx(self) -> int:
-        return self._fit_loop.batch_progress.total.ready - 1
+        return self._fit_loop.total_batch_idx
 
     @property
     def global_step(self) -> int:

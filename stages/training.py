@@ -87,7 +87,6 @@ class FitLoop:
         self.manual_step_progress = step_progress()
         self.val_progress = BatchProgress()
         self.batches_that_stepped = 0
-        self.total_batch_idx = 0
         self.num_training_batches: int | float = math.inf
         self.val_check_batch: int | float | None = math.inf  # None: validation is scheduled by time
         self.val_check_seconds: float | None = None
@@ -116,6 +115,12 @@ class FitLoop:
         return self._train_loader
 
     # ---- counters users read ----------------------------------------------------------------------------
+
+    @property
+    def total_batch_idx(self) -> int:
+        """The run's batch index over every epoch (Lightning's: batches started, minus one); it is restored with
+        the progress, so `val_check_interval` counted across epochs continues after a resume."""
+        return self.batch_progress.total.ready - 1
 
     @property
     def current_epoch(self) -> int:
@@ -250,11 +255,6 @@ class FitLoop:
         replay_from = self.epoch_start_rng if continues and saved is not None else None
         if saved is not None and replay_from is None:
             rng.restore(saved)  # resumed at an epoch boundary: continue with the saved draws
-        self.multi_process = trainer.world_size > 1
-        self.automatic = module_of(trainer).automatic_optimization
-        self.direct_steps = self._direct_step_allowed()
-        self.batch_hooks = not trainer._hooks.all_default(("on_train_batch_start", "on_train_batch_end"))
-        self._transfer = data.transfer_for(trainer)
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
@@ -268,6 +268,12 @@ class FitLoop:
             hooks.module("on_train_epoch_start")
             self.epoch_progress.increment_started()
             self.batch_progress.reset_current()
+        # Read after the epoch-start hooks, which may change them (e.g. set gradient_clip_val).
+        self.multi_process = trainer.world_size > 1
+        self.automatic = module_of(trainer).automatic_optimization
+        self.direct_steps = self._direct_step_allowed()
+        self.batch_hooks = not trainer._hooks.all_default(("on_train_batch_start", "on_train_batch_end"))
+        self._transfer = data.transfer_for(trainer)
         start = self.batch_progress.current.completed
         if self.fetches_itself:  # the loader's position is what the step fetched, not how often it ran
             start = self.fetched_in_epoch if continues else 0
@@ -483,7 +489,6 @@ class FitLoop:
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
-        self.total_batch_idx += 1
         if trainer.received_sigterm and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
         return epoch_should_end(trainer)

@@ -79,6 +79,19 @@ def test_swa_recomputes_batch_norm_statistics_for_the_averaged_weights(tmp_path:
     assert model.norm.momentum == 0.1  # restored after the pass
 
 
+class NormModelWithoutBatchIdx(NormModel):
+    def training_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]  # Lightning allows it
+        return super().training_step(batch, 0)
+
+
+def test_swa_batch_norm_pass_calls_the_step_as_the_loop_does(tmp_path: Any) -> None:
+    """A `training_step` without `batch_idx` runs in the loop, so it runs in SWA's BatchNorm pass too."""
+    model = NormModelWithoutBatchIdx()
+    swa = L.StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=1)
+    quiet_trainer(tmp_path, max_epochs=2, callbacks=[swa]).fit(model, make_loader())
+    assert model.norm.num_batches_tracked > 0
+
+
 def test_swa_state_dict_round_trip(tmp_path: Any) -> None:
     swa = L.StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=1)
     trainer = quiet_trainer(tmp_path, max_epochs=2, callbacks=[swa])

@@ -183,6 +183,17 @@ def test_the_supported_core_names_are_the_same_objects_under_every_path() -> Non
     assert statemachine.trainer.Trainer is statemachine.Trainer
 
 
+def test_strategies_and_cluster_environments_are_the_ones_the_trainer_takes() -> None:
+    from statemachine.plugins import SLURMEnvironment
+    from statemachine.plugins.environments import SLURMEnvironment as Deep
+    from statemachine.strategies import DDPStrategy, SingleDeviceStrategy
+
+    trainer = statemachine.Trainer(accelerator="cpu", strategy=DDPStrategy(), devices=2, plugins=[SLURMEnvironment()])
+    assert type(trainer.strategy) is DDPStrategy and SLURMEnvironment is Deep
+    assert type(trainer.strategy.cluster_environment) is SLURMEnvironment
+    assert type(statemachine.Trainer(accelerator="cpu").strategy) is SingleDeviceStrategy
+
+
 def test_a_refused_name_is_an_import_error_naming_the_reason() -> None:
     with pytest.raises(ImportError, match=r"statemachine\.loggers\.WandbLogger is not supported yet"):
         from statemachine.loggers import WandbLogger  # noqa: F401

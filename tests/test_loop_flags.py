@@ -272,6 +272,23 @@ def test_int_interval_counts_batches_across_epochs_without_check_val_every_n_epo
     assert recorder.validations == [(3, 10)]  # run-wide batch 100
 
 
+def test_int_interval_across_epochs_continues_its_count_after_a_resume(tmp_path: Any) -> None:
+    """Run-wide batch 10 of 3-batch epochs is epoch 3's first; a run resumed after epoch 1 validates there too."""
+    options: dict[str, Any] = {
+        "val_check_interval": 10,
+        "check_val_every_n_epoch": None,
+        "limit_val_batches": 1,
+        "num_sanity_val_steps": 0,
+    }
+    first = quiet_trainer(tmp_path, max_epochs=2, **options)
+    fit(first, train=batches(3), val=batches(2))
+    first.save_checkpoint(tmp_path / "two-epochs.ckpt")
+    recorder = Recorder()
+    resumed = quiet_trainer(tmp_path, max_epochs=4, callbacks=[recorder], **options)
+    resumed.fit(TinyModel(), batches(3), batches(2), ckpt_path=tmp_path / "two-epochs.ckpt")
+    assert recorder.validations == [(3, 1)]
+
+
 def test_int_interval_above_the_epoch_length_is_an_error_per_epoch(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match="val_check_interval"):
         scheduled(tmp_path, 30, val_check_interval=100, check_val_every_n_epoch=1)

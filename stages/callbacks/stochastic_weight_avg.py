@@ -214,19 +214,16 @@ def _recompute_batch_norm(trainer: Any, pl_module: Any) -> None:
     """One pass of `training_step` over the training batches in train mode, without gradients or steps, so
     BatchNorm's running statistics describe the averaged weights."""
     loader = trainer.fit_loop.train_loader
-    state = pl_module.__dict__
-    previous = state["_current_fx_name"]
-    state["_current_fx_name"] = "training_step"
     was_training = pl_module.training
     pl_module.train()
     try:
-        with torch.no_grad():
+        # Called as the loop calls it: the hook runner sets the hook name and adapts the step's signature.
+        with torch.no_grad(), trainer.strategy.precision.forward_context():
             transfer = data.transfer_for(trainer)
             for batch_idx, batch, _ in data.fetch(loader, trainer.num_training_batches):
-                pl_module.training_step(transfer(batch, 0), batch_idx)
+                trainer._hooks.module("training_step", transfer(batch, 0), batch_idx)
     finally:
         pl_module.train(was_training)
-        state["_current_fx_name"] = previous
 
 
 def _check_arguments(

@@ -1,21 +1,23 @@
-"""`lightning.pytorch.plugins`: the precision plugins a Trainer accepts through `plugins=`; the checkpoint-I/O,
-cluster-environment and other precision plugins are not built yet."""
+"""`lightning.pytorch.plugins`: the precision plugins and cluster environments a Trainer accepts through
+`plugins=`; the checkpoint-I/O and other precision plugins are not built yet."""
 
 from statemachine._exports import lazy_exports
 
 _PRECISION = "statemachine.plugins.precision"
-_EXPORTS = dict.fromkeys(("DoublePrecision", "HalfPrecision", "MixedPrecision", "Precision"), _PRECISION)
+_ENVIRONMENTS = "statemachine.plugins.environments"
+_EXPORTS = {
+    **dict.fromkeys(("DoublePrecision", "HalfPrecision", "MixedPrecision", "Precision"), _PRECISION),
+    **dict.fromkeys(
+        ("ClusterEnvironment", "LightningEnvironment", "SLURMEnvironment", "TorchElasticEnvironment"), _ENVIRONMENTS
+    ),
+}
 _NOT_BUILT = (
     "AsyncCheckpointIO",
     "BitsandbytesPrecision",
     "CheckpointIO",
-    "ClusterEnvironment",
     "DeepSpeedPrecision",
     "FSDPPrecision",
-    "LightningEnvironment",
-    "SLURMEnvironment",
     "TorchCheckpointIO",
-    "TorchElasticEnvironment",
     "TransformerEnginePrecision",
     "XLAPrecision",
 )

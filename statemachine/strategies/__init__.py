@@ -1,18 +1,16 @@
-"""`lightning.pytorch.strategies`: strategy objects are not built yet; `Trainer(strategy="auto")` runs one device."""
+"""`lightning.pytorch.strategies`: one device, or DDP over processes (`DDPStrategy(timeout=..., **ddp_kwargs)`);
+the sharded and accelerator-specific strategies are not built yet."""
 
 from statemachine._exports import lazy_exports
 
-_NAMES = (
-    "DDPStrategy",
+_EXPORTS = {"DDPStrategy": "devices.ddp", "SingleDeviceStrategy": "devices.strategy", "Strategy": "devices.strategy"}
+_NOT_BUILT = (
     "DeepSpeedStrategy",
     "FSDPStrategy",
     "ModelParallelStrategy",
     "ParallelStrategy",
-    "SingleDeviceStrategy",
     "SingleDeviceXLAStrategy",
-    "Strategy",
     "XLAStrategy",
 )
-_REASON = "strategy objects are not built; pass strategy='auto' (one process, one device)"
-__all__: list[str] = []
-__getattr__, __dir__ = lazy_exports(__name__, {}, dict.fromkeys(_NAMES, _REASON))
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, dict.fromkeys(_NOT_BUILT, "this strategy is not built"))

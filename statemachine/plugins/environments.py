@@ -1,0 +1,5 @@
+"""Cluster environments (Lightning's `lightning.pytorch.plugins.environments`)."""
+
+from devices.environments import ClusterEnvironment, LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
+
+__all__ = ["ClusterEnvironment", "LightningEnvironment", "SLURMEnvironment", "TorchElasticEnvironment"]
