@@ -19,16 +19,14 @@ _log = logging.getLogger(__name__)
 
 
 class SignalConnector:
-    """Installs the SIGTERM handler for one run, ignores SIGINT while a run shuts down after a failure, and
-    restores the previous handlers at teardown."""
+    """Installs the SIGTERM handler for one run and restores it at teardown; keeps SIGINT guarded from the run's
+    start until its entry point returns (a shutdown after a failure ignores it)."""
 
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self._previous: Any = None
         self._installed = False
-        self._previous_sigint: Any = None
-        self._ignoring_sigint = False
-        self._guarding_sigint = False
+        self._previous_sigint: Any = None  # the SIGINT handler before the run; None: the run does not guard it
         self._requeue: tuple[signal.Signals, Any] | None = None
 
     def register(self) -> None:
@@ -51,30 +49,28 @@ class SignalConnector:
 
     def guard_sigint(self) -> None:
         """For the whole run: Python's default Ctrl-C handler is replaced by one that also ignores the next presses.
-        A handler the user installed is left alone."""
+        A handler the user installed stays in place until a failure's shutdown ignores SIGINT."""
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        self._previous_sigint = signal.getsignal(signal.SIGINT)
+        if self._previous_sigint is signal.default_int_handler:
             signal.signal(signal.SIGINT, self._on_sigint)
-            self._guarding_sigint = True
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     def release_sigint(self) -> None:
-        """The run returned (its interrupt path, if any, is done): Ctrl-C raises again."""
-        if self._guarding_sigint:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            self._guarding_sigint = False
+        """The run returned (its interrupt path, history dump included, is done): the handler from before the run
+        is back."""
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
 
     def ignore_sigint(self) -> None:
-        """Shutting down after a failure that was not a Ctrl-C: a press now must not cut the shutdown short."""
-        if threading.current_thread() is not threading.main_thread() or self._ignoring_sigint:
-            return
-        self._previous_sigint = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self._ignoring_sigint = True
+        """Shutting down after a failure: a press now must not cut the shutdown short (until `release_sigint`)."""
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def restore(self) -> None:
         if self._installed:
@@ -83,6 +79,3 @@ class SignalConnector:
         if self._requeue is not None:
             signal.signal(*self._requeue)
             self._requeue = None
-        if self._ignoring_sigint:
-            signal.signal(signal.SIGINT, self._previous_sigint)
-            self._ignoring_sigint = False

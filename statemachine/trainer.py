@@ -493,7 +493,8 @@ class Trainer:
                 flow.abandon(exception)
 
     def _refuse_reentry(self, trigger: str) -> None:
-        if not self._flow.spec.resting:
+        # A run lasts until its entry point returns: its interrupt edge (on_exception hooks) rests in `interrupted`.
+        if self._run is not None:
             raise RuntimeError(
                 f"Trainer.{trigger}() was called while the trainer is running (state {self._flow.machine_state!r}); "
                 "call it after the current run returns"

@@ -220,6 +220,24 @@ def test_reentry_from_a_hook_is_refused_with_the_state(tmp_path: Any) -> None:
     assert trainer.interrupted
 
 
+def test_reentry_from_on_exception_is_refused_too(tmp_path: Any) -> None:
+    """The interrupt edge rests in `interrupted` while on_exception runs; the run is still in flight there."""
+    refused: list[BaseException] = []
+
+    class Reentrant(L.Callback):
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            try:
+                trainer.fit(TinyModel(), make_loader())
+            except RuntimeError as error:
+                refused.append(error)
+
+    trainer = quiet_trainer(tmp_path, callbacks=[Reentrant()], limit_train_batches=1)
+    with pytest.raises(Boom):
+        trainer.fit(TinyModel(fail_in="training_step"), make_loader())
+    assert len(refused) == 1 and "Trainer.fit() was called while the trainer is running" in str(refused[0])
+    assert trainer.interrupted and trainer.history[-1].dest == "interrupted"
+
+
 def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) -> None:
     trainer = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=4, limit_val_batches=1, val_check_interval=0.5)
     model = TinyModel()
