@@ -44,7 +44,6 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
         self.batch: Any = None
         self.batch_idx = 0
         self.dataloader_idx = 0
-        self.fetched = 0
         self.done = False
         self._open_next_source()
 
@@ -66,7 +65,6 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
             fetched = next(self._batches)  # not the source's last yet, so it has another
         batch_idx, batch, is_last = fetched
         self.batch, self.batch_idx, self.dataloader_idx = batch, batch_idx, self._source_idx
-        self.fetched += 1
         self._on_fetch(batch, batch_idx, self._source_idx)
         if is_last:
             self._open_next_source()
@@ -104,14 +102,12 @@ def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter, is_
     """One `training_step(dataloader_iter)` with its batch hooks; False when `on_train_batch_start` returned -1.
     The loop's own counters (accumulation, schedulers, `val_check_interval`) count step calls."""
     trainer = loop.trainer
-    hooks = trainer._hooks
     progress = loop.batch_progress
     loop.batch_idx, loop.is_last_batch = step_idx, is_last
     progress.increment_ready()
     progress.is_last_batch = is_last
     trainer._metrics.current_batch = fetcher.batch
-    hooks.callbacks("on_train_batch_start", fetcher.batch, fetcher.batch_idx)
-    if hooks.module("on_train_batch_start", fetcher.batch, fetcher.batch_idx) == -1:
+    if loop._batch_start_ends_epoch(fetcher.batch, fetcher.batch_idx):
         loop.is_last_batch = True
         return False
     progress.increment_started()

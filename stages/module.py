@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any, cast
 
 import torch
@@ -516,22 +516,19 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         if method not in ("script", "trace"):
             raise ValueError(f"to_torchscript method={method!r} must be 'script' or 'trace'")
         training = self.training
-        scripting = [m for m in self.modules() if isinstance(m, LightningModule)]
-        for module in scripting:
-            module.__dict__["_jit_is_scripting"] = True
         try:
-            if method == "script":
-                compiled = torch.jit.script(self.eval(), **kwargs)
-            else:
-                inputs = self.example_input_array if example_inputs is None else example_inputs
-                if inputs is None:
-                    raise ValueError(
-                        "to_torchscript(method='trace') needs example_inputs or the module's example_input_array"
-                    )
-                compiled = torch.jit.trace(self.eval(), example_inputs=move_to_device(inputs, self.device), **kwargs)
+            with tracing(self):
+                if method == "script":
+                    compiled = torch.jit.script(self.eval(), **kwargs)
+                else:
+                    inputs = self.example_input_array if example_inputs is None else example_inputs
+                    if inputs is None:
+                        raise ValueError(
+                            "to_torchscript(method='trace') needs example_inputs or the module's example_input_array"
+                        )
+                    inputs = move_to_device(inputs, self.device)
+                    compiled = torch.jit.trace(self.eval(), example_inputs=inputs, **kwargs)
         finally:
-            for module in scripting:
-                del module.__dict__["_jit_is_scripting"]
             self.train(training)
         if file_path is not None:
             torch.jit.save(compiled, os.fspath(file_path))
@@ -610,3 +607,16 @@ NO_OP_HOOKS = frozenset(
         "on_load_checkpoint",
     )
 )
+
+
+@contextlib.contextmanager
+def tracing(model: LightningModule) -> Iterator[None]:
+    """Mark every LightningModule inside `model` as being traced, so their trainer-bound properties stay quiet."""
+    marked = [module for module in model.modules() if isinstance(module, LightningModule)]
+    for module in marked:
+        module.__dict__["_jit_is_scripting"] = True
+    try:
+        yield
+    finally:
+        for module in marked:
+            del module.__dict__["_jit_is_scripting"]

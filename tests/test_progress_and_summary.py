@@ -14,6 +14,7 @@ from torch import nn
 
 from stages.callbacks.model_summary import ModelSummary, human_count, summarize
 from stages.callbacks.progress import ProgressBar, TQDMProgressBar
+from stages.callbacks.rich_progress import RichProgressBar
 
 
 class _Terminal(io.StringIO):
@@ -188,6 +189,9 @@ def test_refresh_rate_zero_and_non_zero_ranks_draw_nothing(monkeypatch: pytest.M
     other_rank = TQDMProgressBar()
     other_rank.setup(_trainer(is_global_zero=False), None, "fit")
     assert not other_rank.is_enabled
+    rich_other_rank = RichProgressBar()
+    rich_other_rank.setup(_trainer(is_global_zero=False), None, "fit")
+    assert not rich_other_rank.is_enabled
     _run_train_epoch(other_rank, _trainer(), 5)
     assert terminal.getvalue() == ""
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 from enum import Enum
 from typing import Any
 
 from stages.callbacks.callback import Callback
+from stages.dataloader_iter import takes_dataloader_iter
 from stages.exceptions import MisconfigurationException
 
 
@@ -37,7 +37,7 @@ class BasePredictionWriter(Callback):
         self.interval = WriteInterval(write_interval)
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if "dataloader_iter" in inspect.signature(pl_module.predict_step).parameters:
+        if takes_dataloader_iter(pl_module.predict_step):
             raise NotImplementedError("a prediction writer does not support predict_step(dataloader_iter)")
 
     def write_on_batch_end(

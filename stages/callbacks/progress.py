@@ -34,6 +34,11 @@ class ProgressBar(Callback):
     def disable(self) -> None:
         self._enabled = False
 
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # every process would draw over the others' bars: only global rank 0 shows one
+        if not trainer.is_global_zero:
+            self.disable()
+
     def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
         """What the bar shows: `v_num` (the first logger's version) and the metrics logged with prog_bar."""
         standard: dict[str, Any] = {}
@@ -99,11 +104,6 @@ class TQDMProgressBar(ProgressBar):
         """Bars only make sense on a terminal; in a log file or a captured stream they are noise."""
         isatty = getattr(sys.stdout, "isatty", None)
         return callable(isatty) and bool(isatty())
-
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        # every process would draw over the others' bars
-        if not trainer.is_global_zero:
-            self.disable()
 
     def _new_bar(self, description: str, position: int, leave: bool, total: int | None) -> tqdm:
         return tqdm(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from torch import Tensor
@@ -45,16 +43,3 @@ def graph_input(model: LightningModule, input_array: Any) -> tuple[Tensor, ...] 
     else:
         example = move_to_device(example, model.device)
     return model.on_after_batch_transfer(example, 0)
-
-
-@contextmanager
-def tracing(model: LightningModule) -> Iterator[None]:
-    """Mark every LightningModule inside `model` as being traced, so their trainer-bound properties stay quiet."""
-    marked = [module for module in model.modules() if isinstance(module, LightningModule)]
-    for module in marked:
-        module.__dict__["_jit_is_scripting"] = True
-    try:
-        yield
-    finally:
-        for module in marked:
-            del module.__dict__["_jit_is_scripting"]

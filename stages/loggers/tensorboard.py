@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stages.loggers.graph import graph_input, tracing
+from stages.loggers.graph import graph_input
 from stages.loggers.logger import (
     FileLogger,
     NoExperiment,
@@ -22,6 +22,7 @@ from stages.loggers.logger import (
     hparams_as_mapping,
     metrics_to_floats,
 )
+from stages.module import tracing
 from stages.rank_zero import rank_zero_only
 from stages.saving import save_hparams_to_yaml
 
