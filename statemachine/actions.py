@@ -14,6 +14,7 @@ from stages.contract import module_of
 from stages.resume import ResumePoint
 from stages.training import SIGTERMException
 from statemachine import checkpoint
+from statemachine.machine import note_on_cause
 from statemachine.profilers.simple import SimpleProfiler
 
 if TYPE_CHECKING:
@@ -216,18 +217,20 @@ def notify_peers(trainer: Trainer) -> None:
 def call_on_exception_hooks(trainer: Trainer) -> None:
     """Every callback's `on_exception`, then the DataModule's, each even when an earlier one raised: a failing
     hook is logged and noted on the original error, never replaces it. A hook that raised KeyboardInterrupt or
-    SystemExit is raised again once all have run (the interrupt edge then finishes, and the driver raises it)."""
+    SystemExit is raised again once all have run: this best-effort step notes it, the interrupt edge finishes,
+    and the driver raises it."""
     exception = trainer._live_run().exception
     failures: list[tuple[object, BaseException]] = list(trainer._hooks.callbacks_each("on_exception", exception))
     try:
         trainer._hooks.datamodule("on_exception", exception)
     except BaseException as datamodule_error:
         failures.append((trainer.datamodule, datamodule_error))
-    for owner, error in failures:
-        _log.warning("%s.on_exception raised; the other hooks still ran", type(owner).__name__, exc_info=error)
-        if exception is not None:
-            exception.add_note(f"{type(owner).__name__}.on_exception also raised {type(error).__name__}: {error}")
     exits = [error for _, error in failures if not isinstance(error, Exception)]
+    for owner, error in failures:
+        if error not in exits:
+            hook = f"{type(owner).__name__}.on_exception"
+            note = f"{hook} also raised {type(error).__name__}: {error}"
+            note_on_cause(exception, error, f"{hook} raised; the other hooks still ran", note)
     if exits:
         raise exits[0]
 
@@ -258,8 +261,7 @@ def dump_history(trainer: Trainer) -> None:
         try:
             trainer._dump_interrupt_history()
         except Exception as error:
-            _log.warning("the state history could not be dumped", exc_info=error)
-            if exception is not None:
-                exception.add_note(f"the state history could not be dumped: {type(error).__name__}: {error}")
+            note = f"the state history could not be dumped: {type(error).__name__}: {error}"
+            note_on_cause(exception, error, "the state history could not be dumped", note)
 
     trainer._flow.defer(write)

@@ -296,7 +296,12 @@ class _Callback:
             error = exc
             if not self.best_effort:
                 raise
-            _attach_to_cause(event.kwargs["cause"], self.name, exc)
+            note_on_cause(
+                event.kwargs["cause"],
+                exc,
+                f"{self.name} failed while interrupting; continuing the interrupt path",
+                f"while the run was interrupted, {self.name} also failed: {type(exc).__name__}: {exc}",
+            )
             if not isinstance(exc, Exception) and self.flow.exit_request is None:
                 self.flow.exit_request = exc
         finally:
@@ -310,10 +315,10 @@ class _Callback:
             )
 
 
-def _attach_to_cause(cause: BaseException | None, name: str, error: BaseException) -> None:
-    """On a best-effort edge a failing step never replaces the error being handled: it is logged and noted."""
-    _log.warning("%s failed while interrupting; continuing the interrupt path", name, exc_info=error)
-    note = f"while the run was interrupted, {name} also failed: {type(error).__name__}: {error}"
+def note_on_cause(cause: BaseException | None, error: BaseException, warning: str, note: str) -> None:
+    """A failure while the run is interrupted never replaces the error being handled: it is logged (`warning`)
+    and added to that error as `note`, once."""
+    _log.warning(warning, exc_info=error)
     if cause is not None and note not in getattr(cause, "__notes__", ()):
         cause.add_note(note)
 
