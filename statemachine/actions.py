@@ -6,7 +6,6 @@ return a short note (a string), which its history record keeps.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from stages import rng
@@ -19,8 +18,6 @@ from statemachine.profilers.simple import SimpleProfiler
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
-
-_log = logging.getLogger(__name__)
 
 
 _ENTRY_TRIGGERS = frozenset({"fit", "validate", "test", "predict"})
