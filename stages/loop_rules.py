@@ -26,6 +26,10 @@ def max_steps_reached(trainer: TrainerView) -> bool:
     return trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
 
 
+def max_epochs_reached(trainer: TrainerView) -> bool:
+    return trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs
+
+
 def sigterm_stops_evaluation(trainer: TrainerView) -> bool:
     """After an evaluation batch: a SIGTERM stops the run here in one process. Several ranks stop together at a
     training batch, where the flag is agreed across them, never in the middle of an evaluation."""

@@ -17,7 +17,7 @@ from stages import resume
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.contract import module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
-from stages.loop_rules import max_steps_reached
+from stages.loop_rules import max_epochs_reached, max_steps_reached
 from stages.resume import ResumePoint
 from statemachine import requeue
 
@@ -206,27 +206,32 @@ def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], pa
         )
 
 
-def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> ResumePoint:
-    """Restore 2: precision, the fit loop's counters and RNG states, optimizers, schedulers; name the resume point."""
+def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Restore 2: precision, the fit loop's counters (and its named resume point), RNG states, optimizers and
+    schedulers."""
     if "optimizer_states" not in checkpoint:
         raise KeyError(
             f"{path} has no optimizer states (saved with save_weights_only=True?): it can load weights for "
             "validate/test/predict, but fit cannot resume from it"
         )
-    precision = trainer.strategy.precision
-    precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
-    point = _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
+    _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
     trainer.fit_loop.load_resume_state(_for_this_rank(trainer, checkpoint.get(RESUME_KEY)))
     if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:
         raise MisconfigurationException(
             f"{path} is at epoch {trainer.current_epoch}, past max_epochs={trainer.max_epochs}; raise max_epochs "
             "to continue training"
         )
+    restore_precision_and_optimizers(trainer, checkpoint)
+
+
+def restore_precision_and_optimizers(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """The precision plugin's state (a gradient scaler's), the optimizers' and the schedulers'."""
+    precision = trainer.strategy.precision
+    precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
     trainer._optimization.load_state_dicts(checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
-    return point
 
 
-def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> ResumePoint:
+def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
     """Load the counters, name where the save happened, and settle the counters for that point."""
     loop = trainer.fit_loop
     loop.epoch_progress.load_state_dict(state["epoch_progress"])
@@ -240,8 +245,6 @@ def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> ResumePoint:
     loop.batches_that_stepped = state["epoch_loop.state_dict"]["_batches_that_stepped"]
     point = resume.classify(loop.epoch_progress, loop.batch_progress, loop.val_progress, trainer.max_steps)
     resume.settle(point, loop.epoch_progress, loop.batch_progress)
-    at_limit = max_steps_reached(trainer) or (trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs)
-    if point is ResumePoint.EPOCH_BOUNDARY and at_limit:
+    if point is ResumePoint.EPOCH_BOUNDARY and (max_steps_reached(trainer) or max_epochs_reached(trainer)):
         point = ResumePoint.FIT_DONE
     loop.resume_point = point
-    return point

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stages.loop_rules import max_steps_reached, minimums_met
+from stages.loop_rules import max_epochs_reached, max_steps_reached, minimums_met
 from stages.resume import INSIDE_EPOCH
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def fit_done(trainer: Trainer) -> str | None:
         return "no training batches"
     if max_steps_reached(trainer):
         return f"max_steps={trainer.max_steps} reached"
-    if trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs:
+    if max_epochs_reached(trainer):
         return f"max_epochs={trainer.max_epochs} reached"
     if trainer.should_stop and minimums_met(trainer):
         return "should_stop was set" + (" (max_time reached)" if _out_of_time(trainer) else "")

@@ -144,9 +144,7 @@ def restore_tuning_state(trainer: Trainer) -> str:
     trainer._hooks.reset()
     saved = torch.load(io.BytesIO(search.checkpoint), weights_only=False)
     checkpoint.restore_model_and_callbacks(trainer, saved, "the state saved before the search")
-    precision = trainer.strategy.precision
-    precision.load_state_dict(saved.get(type(precision).__qualname__, {}))
-    trainer._optimization.load_state_dicts(saved["optimizer_states"], saved["lr_schedulers"])
+    checkpoint.restore_precision_and_optimizers(trainer, saved)
     loop = trainer.fit_loop
     for name in _PROGRESS:
         setattr(trainer, name, search.loop.pop(name))
