@@ -13,8 +13,6 @@ the class is chosen with `--model.class_path` (or `--model=ClassName`) and its a
 
 from __future__ import annotations
 
-import os
-import posixpath
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +30,7 @@ from stages.callbacks.callback import Callback
 from stages.datamodule import LightningDataModule
 from stages.module import LightningModule
 from stages.seed import seed_everything
+from statemachine.history import join_path, write_atomic
 from statemachine.trainer import Trainer
 
 __all__ = ["LightningArgumentParser", "LightningCLI", "SaveConfigCallback", "lazy_instance"]
@@ -102,9 +101,7 @@ class SaveConfigCallback(Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.already_saved:
             return
-        log_dir = trainer.log_dir
-        join = posixpath.join if "://" in log_dir else os.path.join
-        path = join(log_dir, self.config_filename)
+        path = join_path(trainer.log_dir, self.config_filename)
         fs, local = fsspec.core.url_to_fs(path)
         if not self.overwrite and trainer.strategy.broadcast(trainer.is_global_zero and fs.isfile(local)):
             raise RuntimeError(
@@ -113,9 +110,7 @@ class SaveConfigCallback(Callback):
                 "LightningCLI(save_config_kwargs={'overwrite': True}) to overwrite it"
             )
         if trainer.is_global_zero:
-            fs.makedirs(fs._parent(local), exist_ok=True)
-            with fs.open(local, "w") as stream:
-                stream.write(self.parser.dump(self.config, skip_unset=False))
+            write_atomic(path, self.parser.dump(self.config, skip_unset=False).encode())
         self.already_saved = True
 
 

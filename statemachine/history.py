@@ -175,6 +175,11 @@ class History:
         return path
 
 
+def join_path(directory: str, name: str) -> str:
+    """`directory/name` for a local directory or an fsspec URL (whose separator is always `/`)."""
+    return posixpath.join(directory, name) if "://" in directory else os.path.join(directory, name)
+
+
 def write_atomic(path: str, data: bytes, storage_options: dict | None = None) -> None:
     """Write `data` under a temporary name next to `path`, then move it over `path`; creates parent dirs."""
     fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))

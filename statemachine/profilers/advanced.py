@@ -9,7 +9,8 @@ import os
 import pstats
 import re
 
-from statemachine.profilers.base import Profiler, write_bytes
+from statemachine.history import write_atomic
+from statemachine.profilers.base import Profiler
 
 
 class AdvancedProfiler(Profiler):
@@ -62,7 +63,7 @@ class AdvancedProfiler(Profiler):
             stats = pstats.Stats(profiler, stream=stream)
             if self.dump_stats:
                 name = self._prepare_filename(action_name=_safe(action_name), extension=".prof")
-                write_bytes(self._output_path(name), marshal.dumps(stats.stats))  # type: ignore[attr-defined]  # as dump_stats
+                write_atomic(self._output_path(name), marshal.dumps(stats.stats))  # type: ignore[attr-defined]  # as dump_stats
             stats.strip_dirs().sort_stats("cumulative").print_stats(self.line_count_restriction)
             reports.append(f"Profile stats for: {action_name}\n{stream.getvalue()}")
         return f"{self._title()}\n\n" + "\n".join(reports) if reports else ""

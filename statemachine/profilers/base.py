@@ -7,13 +7,14 @@ printed. `dirpath` defaults to the trainer's log directory.
 from __future__ import annotations
 
 import os
-import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import fsspec
+
+from statemachine.history import join_path, write_atomic
 
 
 class Profiler(ABC):
@@ -57,7 +58,7 @@ class Profiler(ABC):
         summary = self.summary()
         if summary:
             if self.filename and self.dirpath:
-                _append(_join(self.dirpath, self._prepare_filename()), summary)
+                _append(join_path(self.dirpath, self._prepare_filename()), summary)
             else:
                 print(summary)
         self.teardown(self._stage)
@@ -73,7 +74,7 @@ class Profiler(ABC):
         return split_token.join(part for part in parts if part) + extension
 
     def _output_path(self, name: str) -> str:
-        return _join(self.dirpath or os.getcwd(), name)
+        return join_path(self.dirpath or os.getcwd(), name)
 
     def _title(self) -> str:
         return f"{(self._stage or '').upper()} Profiler Report".strip()
@@ -92,22 +93,8 @@ class PassThroughProfiler(Profiler):
         return ""
 
 
-def _join(directory: str, name: str) -> str:
-    return posixpath.join(directory, name) if "://" in directory else os.path.join(directory, name)
-
-
 def _append(path: str, text: str) -> None:
     """Append through fsspec; object stores have no append mode, so read the old text and write both."""
     fs, local = fsspec.core.url_to_fs(path)
-    fs.makedirs(fs._parent(local), exist_ok=True)
     previous = fs.cat_file(local).decode() if fs.exists(local) else ""
-    with fs.open(local, "w") as stream:
-        stream.write(previous + text + "\n")
-
-
-def write_bytes(path: str, payload: bytes) -> None:
-    """Write a binary report file (cProfile stats, traces) to any fsspec URL."""
-    fs, local = fsspec.core.url_to_fs(path)
-    fs.makedirs(fs._parent(local), exist_ok=True)
-    with fs.open(local, "wb") as stream:
-        stream.write(payload)
+    write_atomic(path, (previous + text + "\n").encode())

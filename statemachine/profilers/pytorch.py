@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from statemachine.profilers.base import Profiler, write_bytes
+from statemachine.history import write_atomic
+from statemachine.profilers.base import Profiler
 
 _STEP_ACTIONS = (".training_step", ".validation_step", ".test_step", ".predict_step")
 
@@ -141,4 +142,4 @@ class PyTorchProfiler(Profiler):
             local = os.path.join(scratch, "trace.json")
             profiler.export_chrome_trace(local)
             with open(local, "rb") as stream:
-                write_bytes(self._output_path(name), stream.read())
+                write_atomic(self._output_path(name), stream.read())
