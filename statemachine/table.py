@@ -345,20 +345,17 @@ _FIT_START_CHAIN = (
     "release_checkpoint",
     "register_signal_handlers",
 )
+_EVALUATION_START_CHAIN = ("log_hyperparams", "release_checkpoint", "register_signal_handlers")
 _ENTRY = {
     "fit": ("fitting.setup", (*_SETUP_CHAIN, "configure_optimizers", *_FIT_START_CHAIN)),
-    "validate": ("validating", (*_SETUP_CHAIN, "log_hyperparams", "release_checkpoint", "register_signal_handlers")),
-    "test": ("testing", (*_SETUP_CHAIN, "log_hyperparams", "release_checkpoint", "register_signal_handlers")),
-    "predict": ("predicting", (*_SETUP_CHAIN, "log_hyperparams", "release_checkpoint", "register_signal_handlers")),
+    **{
+        trigger: (state, (*_SETUP_CHAIN, *_EVALUATION_START_CHAIN))
+        for trigger, state in (("validate", "validating"), ("test", "testing"), ("predict", "predicting"))
+    },
 }
 _TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success", "describe_profiler")
-_FIT_END_CHAIN = (
-    "teardown_internals",
-    "call_on_fit_end",
-    "call_teardown_hooks",
-    "finalize_loggers_success",
-    "describe_profiler",
-)
+# fit's end: the same teardown, with on_fit_end between the internals' teardown and the teardown hooks
+_FIT_END_CHAIN = (_TEARDOWN_CHAIN[0], "call_on_fit_end", *_TEARDOWN_CHAIN[1:])
 _INTERRUPT_CHAIN = (
     "ignore_sigint",
     "notify_peers",
@@ -522,19 +519,8 @@ _GUARDS = (
     ),
 )
 
-_CALLBACKS = _paths(
-    "statemachine.actions",
-    *_SETUP_CHAIN,
-    "configure_optimizers",
-    *_FIT_START_CHAIN,
-    "save_rng_state",
-    "restore_rng_state",
-    "reset_sanity_results",
-    "start_training",
-    "end_training",
-    *_FIT_END_CHAIN,
-    *_INTERRUPT_CHAIN,
-)
+# Every callback the transitions name, in the order they first appear; all live in statemachine.actions.
+_CALLBACKS = _paths("statemachine.actions", *dict.fromkeys(n for t in _TRANSITIONS for n in (*t.before, *t.after)))
 
 _HANDLERS = {
     "fit_setup": "stages.fit_setup:run_fit_setup",
