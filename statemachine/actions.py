@@ -15,12 +15,10 @@ from stages.training import SIGTERMException
 from statemachine import checkpoint
 from statemachine.machine import note_on_cause
 from statemachine.profilers.simple import SimpleProfiler
+from statemachine.table import ENTRY_TRIGGERS
 
 if TYPE_CHECKING:
     from statemachine.trainer import Trainer
-
-
-_ENTRY_TRIGGERS = frozenset({"fit", "validate", "test", "predict"})
 
 
 # ---- entry: fit / validate / test / predict -------------------------------------------------------------
@@ -189,7 +187,7 @@ def describe_profiler(trainer: Trainer) -> None:
     """The profiler's report of the run: printed, or written to `{stage}-{filename}.txt` when it has a filename."""
     profiler = trainer.profiler
     if isinstance(profiler, SimpleProfiler):
-        profiler.add_machine_timings(trainer._flow.history.since_last(_ENTRY_TRIGGERS))
+        profiler.add_machine_timings(trainer._flow.history.since_last(ENTRY_TRIGGERS))
     profiler.describe()
 
 

@@ -21,7 +21,7 @@ import traceback
 import uuid
 import warnings
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import fsspec
@@ -138,7 +138,7 @@ class History:
     def records(self) -> list[TransitionRecord]:
         return list(self._records)
 
-    def since_last(self, triggers: frozenset[str]) -> list[TransitionRecord]:
+    def since_last(self, triggers: Collection[str]) -> list[TransitionRecord]:
         """The records from the newest one whose trigger is in `triggers` (the current run's entry) onwards."""
         for index in range(len(self._records) - 1, -1, -1):
             if self._records[index].trigger in triggers:

@@ -353,6 +353,7 @@ _ENTRY = {
         for trigger, state in (("validate", "validating"), ("test", "testing"), ("predict", "predicting"))
     },
 }
+ENTRY_TRIGGERS = tuple(_ENTRY)  # the trainer functions, each a run's first event
 _TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success", "describe_profiler")
 # fit's end: the same teardown, with on_fit_end between the internals' teardown and the teardown hooks
 _FIT_END_CHAIN = (_TEARDOWN_CHAIN[0], "call_on_fit_end", *_TEARDOWN_CHAIN[1:])

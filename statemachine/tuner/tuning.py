@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from stages.exceptions import MisconfigurationException
+from statemachine.table import ENTRY_TRIGGERS
 from statemachine.tuner.callbacks import BatchSizeFinder, LearningRateFinder, ScaleMode, _Finder
 from statemachine.tuner.lr_finder import LRFinder, SweepMode
 
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
     from stages.module import LightningModule
     from statemachine.trainer import Trainer
 
-Method = Literal["fit", "validate", "test", "predict"]
-METHODS = ("fit", "validate", "test", "predict")
+Method = Literal["fit", "validate", "test", "predict"]  # the table's ENTRY_TRIGGERS, for type checkers
 
 
 class Tuner:
@@ -79,8 +79,8 @@ class Tuner:
     ) -> int | None:
         """The largest batch size (from `init_val`, doubling; `binsearch` then bisects) whose trial of
         `steps_per_trial` steps runs without running out of memory; it is written to `batch_arg_name`."""
-        if method not in METHODS:
-            raise ValueError(f"method={method!r}: expected one of {METHODS}")
+        if method not in ENTRY_TRIGGERS:
+            raise ValueError(f"method={method!r}: expected one of {ENTRY_TRIGGERS}")
         _check_loaders(method, train_dataloaders, val_dataloaders, dataloaders)
         finder = BatchSizeFinder(
             mode=mode,
