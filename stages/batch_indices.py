@@ -7,6 +7,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from stages import samplers
+
 
 class RecordingBatchSampler:
     """Passes a batch sampler's batches through and keeps them, in order, for the iteration in progress."""
@@ -34,18 +36,4 @@ def recording(loader: Any) -> tuple[Any, RecordingBatchSampler | None]:
     if isinstance(loader.dataset, IterableDataset):  # its batch sampler only counts, it does not index
         return loader, None
     recorder = RecordingBatchSampler(loader.batch_sampler)
-    options: dict[str, Any] = {
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "generator": loader.generator,
-    }
-    if loader.num_workers > 0:
-        options.update(
-            prefetch_factor=loader.prefetch_factor,
-            persistent_workers=loader.persistent_workers,
-            multiprocessing_context=loader.multiprocessing_context,
-        )
-    return DataLoader(loader.dataset, batch_sampler=recorder, **options), recorder
+    return DataLoader(loader.dataset, batch_sampler=recorder, **samplers.loader_options(loader)), recorder

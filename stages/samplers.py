@@ -55,12 +55,19 @@ def distribute(loaders: Any, kind: str, world_size: int, rank: int, shuffle: boo
 
 def rebuild(loader: DataLoader, sampler: Sampler[int] | None, shuffle: bool = False) -> DataLoader:
     """A DataLoader like `loader` but reading through `sampler` (or plainly, shuffled or not, when it is None)."""
+    options = loader_options(loader)
+    options.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    if sampler is None:
+        return DataLoader(loader.dataset, shuffle=shuffle, **options)
+    return DataLoader(loader.dataset, sampler=sampler, **options)
+
+
+def loader_options(loader: DataLoader) -> dict[str, Any]:
+    """What a rebuilt DataLoader keeps of `loader` besides its dataset and how it samples and batches."""
     options: dict[str, Any] = {
-        "batch_size": loader.batch_size,
         "num_workers": loader.num_workers,
         "collate_fn": loader.collate_fn,
         "pin_memory": loader.pin_memory,
-        "drop_last": loader.drop_last,
         "timeout": loader.timeout,
         "worker_init_fn": loader.worker_init_fn,
         "generator": loader.generator,
@@ -71,9 +78,7 @@ def rebuild(loader: DataLoader, sampler: Sampler[int] | None, shuffle: bool = Fa
             persistent_workers=loader.persistent_workers,
             multiprocessing_context=loader.multiprocessing_context,
         )
-    if sampler is None:
-        return DataLoader(loader.dataset, shuffle=shuffle, **options)
-    return DataLoader(loader.dataset, sampler=sampler, **options)
+    return options
 
 
 class _UnrepeatedSampler(Sampler[int]):
