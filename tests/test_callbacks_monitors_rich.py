@@ -163,6 +163,16 @@ def test_rich_model_summary_prints_a_table(tmp_path: Any, capsys: pytest.Capture
         L.RichModelSummary(colour="red")
 
 
+def test_rich_model_summary_shows_the_sizes_an_example_input_gives(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = TinyModel()
+    model.example_input_array = torch.zeros(3, 4)
+    quiet_trainer(tmp_path, enable_model_summary=True, callbacks=[L.RichModelSummary()]).fit(model, make_loader())
+    printed = capsys.readouterr().out
+    assert "In sizes" in printed and "[3, 4]" in printed and "[3, 2]" in printed
+
+
 def test_rich_callbacks_are_refused_without_rich(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "rich", None)
     with pytest.raises(ModuleNotFoundError, match=r"statemachine-trainer\[rich\]"):

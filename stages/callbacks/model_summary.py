@@ -94,7 +94,8 @@ class Summary:
         params = self._model.parameters()
         return sum(p.numel() * p.element_size() for p in params if not _is_uninitialized(p)) / 1e6
 
-    def __str__(self) -> str:
+    def layer_table(self) -> tuple[list[str], list[list[str]]]:
+        """The layer table's header and rows, as text (the sizes' columns when an example input ran)."""
         header = ["", "Name", "Type", "Params", "Mode"]
         rows = [
             [str(index), name, kind, human_count(count), "train" if training else "eval"]
@@ -106,11 +107,14 @@ class Summary:
             header += ["In sizes", "Out sizes"]
             for row, in_size, out_size in zip(rows, self._in_sizes, self._out_sizes):
                 row += [str(in_size), str(out_size)]
-        lines = _table(header, rows) if rows else []
+        return header, rows
+
+    def totals(self) -> list[tuple[str, str]]:
+        """(value, label) lines under the table: parameters, size and modes."""
         trainable = self.trainable_parameters
         total = self.total_parameters
         modes = [m.training for m in self._model.modules()]
-        totals = [
+        return [
             (human_count(trainable), "Trainable params"),
             (human_count(total - trainable), "Non-trainable params"),
             (human_count(total), "Total params"),
@@ -118,7 +122,11 @@ class Summary:
             (str(sum(modes)), "Modules in train mode"),
             (str(len(modes) - sum(modes)), "Modules in eval mode"),
         ]
-        lines += [f"{value:<10}{label}" for value, label in totals]
+
+    def __str__(self) -> str:
+        header, rows = self.layer_table()
+        lines = _table(header, rows) if rows else []
+        lines += [f"{value:<10}{label}" for value, label in self.totals()]
         return "\n".join(lines)
 
 

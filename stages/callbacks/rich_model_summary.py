@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from stages.callbacks.model_summary import ModelSummary, human_count
+from stages.callbacks.model_summary import ModelSummary, Summary
 from stages.callbacks.rich_support import require_rich
 
 _STYLE_KEYS = ("header_style",)
@@ -39,42 +39,16 @@ def summary_renderables(module: nn.Module, max_depth: int, header_style: str = "
     """The layer table and the totals grid of `module`, ready for `rich.console.Console.print`."""
     from rich.table import Table
 
+    summary = Summary(module, max_depth)
+    header, rows = summary.layer_table()
     table = Table(header_style=header_style)
-    for title in ("", "Name", "Type", "Params", "Mode"):
+    for title in header:
         table.add_column(title, justify="right" if title == "Params" else "left")
-    children = [
-        (name, child)
-        for name, child in module.named_modules()
-        if name and (max_depth == -1 or name.count(".") < max_depth)
-    ]
-    for index, (name, child) in enumerate(children):
-        mode = "train" if child.training else "eval"
-        table.add_row(str(index), name, type(child).__name__, human_count(_count(child.parameters())), mode)
-
-    params = list(module.parameters())
-    trainable = _count(p for p in params if p.requires_grad)
-    total = _count(params)
-    size_mb = sum(p.numel() * p.element_size() for p in params if not _uninitialized(p)) / 1e6
-    modes = [m.training for m in module.modules()]
+    for row in rows:
+        table.add_row(*row)
     totals = Table.grid(padding=(0, 1))
     totals.add_column(justify="left")
     totals.add_column()
-    for value, label in (
-        (human_count(trainable), "Trainable params"),
-        (human_count(total - trainable), "Non-trainable params"),
-        (human_count(total), "Total params"),
-        (f"{size_mb:,.3f}", "Total estimated model params size (MB)"),
-        (str(sum(modes)), "Modules in train mode"),
-        (str(len(modes) - sum(modes)), "Modules in eval mode"),
-    ):
+    for value, label in summary.totals():
         totals.add_row(f"[bold]{value}", label)
-    return [table, totals] if children else [totals]
-
-
-def _count(params: Any) -> int:
-    return sum(p.numel() for p in params if not _uninitialized(p))
-
-
-def _uninitialized(param: Any) -> bool:
-    # lazy modules' parameters have no shape before their first forward and count as zero
-    return isinstance(param, nn.parameter.UninitializedParameter)
+    return [table, totals] if rows else [totals]
