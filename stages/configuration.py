@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from stages.data import has_loader_source
 from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hooks import is_overridden
@@ -21,7 +22,7 @@ def check_fit(model: LightningModule, datamodule: LightningDataModule | None, va
             f"No {' or '.join(f'`{name}()`' for name in missing)} method defined on {type(model).__name__}: "
             "the Trainer needs at least `training_step()`, `train_dataloader()` and `configure_optimizers()` to fit"
         )
-    if _has_val_source(model, datamodule, val_dataloaders) and not is_overridden(
+    if has_loader_source("val", val_dataloaders, datamodule, model) and not is_overridden(
         "validation_step", model, LightningModule
     ):
         warnings.warn(
@@ -41,11 +42,3 @@ def check_predict(model: LightningModule) -> None:
         raise MisconfigurationException(
             f"`Trainer.predict` needs `predict_step()` or `forward()`; {type(model).__name__} defines neither"
         )
-
-
-def _has_val_source(model: LightningModule, datamodule: LightningDataModule | None, val_dataloaders: Any) -> bool:
-    if val_dataloaders is not None:
-        return True
-    if datamodule is not None:
-        return is_overridden("val_dataloader", datamodule, LightningDataModule)
-    return is_overridden("val_dataloader", model, LightningModule)

@@ -25,14 +25,19 @@ KINDS = ("train", "val", "test", "predict")
 
 
 def has_source(trainer: TrainerView, kind: str) -> bool:
-    """Whether a loader for `kind` exists: passed to the entry point, or a DataModule or module hook."""
-    if run_of(trainer).loaders.get(kind) is not None:
+    """Whether the run in flight has a loader for `kind`."""
+    return has_loader_source(kind, run_of(trainer).loaders.get(kind), trainer.datamodule, trainer.lightning_module)
+
+
+def has_loader_source(kind: str, given: Any, datamodule: LightningDataModule | None, module: Any) -> bool:
+    """Whether a loader for `kind` exists: passed to the entry point (`given`), or a DataModule's hook (which wins
+    over the module's), or the module's hook."""
+    if given is not None:
         return True
     hook = f"{kind}_dataloader"
-    datamodule = trainer.datamodule
     if datamodule is not None:
         return is_overridden(hook, datamodule, LightningDataModule)
-    return is_overridden(hook, trainer.lightning_module, LightningModule)
+    return is_overridden(hook, module, LightningModule)
 
 
 def request(trainer: TrainerView, kind: str) -> Any:
