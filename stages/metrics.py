@@ -124,6 +124,15 @@ def _metric_step_value(metric: Any) -> Tensor | None:
     return cached.detach() if isinstance(cached, Tensor) else None
 
 
+def _forked_keys(name: str, on_step: bool, on_epoch: bool) -> tuple[str, str]:
+    """With both flags the loggers get `x_step` and `x_epoch` (`x_epoch/dataloader_idx_1` with several eval
+    loaders); otherwise the name itself."""
+    if not (on_step and on_epoch):
+        return name, name
+    head, marker, index = name.partition("/dataloader_idx_")
+    return f"{head}_step{marker}{index}", f"{head}_epoch{marker}{index}"
+
+
 def infer_batch_size(batch: Any) -> int:
     """The first dimension of the first tensor found in the batch; 1 when there is none."""
     if isinstance(batch, Tensor):
@@ -151,21 +160,9 @@ class _Entry:
     metric: Any = None
     # the eval loader a batch hook logged this from, when there are several; None: it belongs to every loader
     dataloader_idx: int | None = None
-    # the names loggers see, `<name>_step`/`<name>_epoch` when logged on both (set by `forked_keys`)
+    # the names loggers see, `<name>_step`/`<name>_epoch` when logged on both (see `_forked_keys`)
     step_key: str = ""
     epoch_key: str = ""
-
-    def forked_keys(self, name: str) -> tuple[str, str]:
-        """With both flags the loggers get `x_step` and `x_epoch` (`x_epoch/dataloader_idx_1` with several eval
-        loaders); otherwise the name itself."""
-        if not self.step_key:
-            if self.on_step and self.on_epoch:
-                head, marker, index = name.partition("/dataloader_idx_")
-                self.step_key = f"{head}_step{marker}{index}"
-                self.epoch_key = f"{head}_epoch{marker}{index}"
-            else:
-                self.step_key = self.epoch_key = name
-        return self.step_key, self.epoch_key
 
     sync: bool = False  # reduce across ranks when the value is computed (sync_dist=True)
     sync_group: Any = None
@@ -285,8 +282,9 @@ class MetricsCollector:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         entry = bucket.get(name)
         if entry is None:
+            step_key, epoch_key = _forked_keys(name, step, epoch)
             entry = _Entry(prog_bar, logger, step, epoch, _reduction(reduce_fx), metric=metric)
-            entry.forked_keys(name)
+            entry.step_key, entry.epoch_key = step_key, epoch_key
             # torchmetrics objects sync themselves in compute(); plain values are reduced here.
             entry.sync = sync_dist and not rank_zero_only and metric is None and self.trainer.world_size > 1
             entry.sync_group = sync_dist_group
@@ -426,7 +424,7 @@ def _step_view(
             continue
         if consume:
             entry.step_value = None
-        key = entry.step_key or entry.forked_keys(name)[0]
+        key = entry.step_key
         if entry.logger:
             logged[key] = value
         if training:
@@ -452,7 +450,7 @@ def _epoch_view(
         value = synced(entry) if synced is not None and entry.sync else entry.epoch_value()
         if value is None:
             continue
-        key = entry.forked_keys(name)[1]
+        key = entry.epoch_key
         callback[name] = callback[key] = value
         if entry.logger:
             logged[key] = value
