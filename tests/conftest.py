@@ -89,6 +89,41 @@ def loader() -> DataLoader:
     return make_loader()
 
 
+class MemoryLogger(L.Logger):
+    """Keeps every `log_metrics` call (and every `log_hyperparams`) in memory."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int | None, dict[str, float]]] = []
+        self.hparams: list[Any] = []
+
+    @property
+    def name(self) -> str:
+        return "memory"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.calls.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params: Any) -> None:
+        self.hparams.append(params)
+
+    def steps_of(self, key: str) -> list[int | None]:
+        return [step for step, metrics in self.calls if key in metrics]
+
+    def values_of(self, key: str) -> list[float]:
+        return [metrics[key] for _, metrics in self.calls if key in metrics]
+
+    def series(self, key: str) -> list[tuple[int | None, float]]:
+        """(step, value) of every logging call that carried `key`."""
+        return [(step, metrics[key]) for step, metrics in self.calls if key in metrics]
+
+    def names(self) -> set[str]:
+        return {name for _, metrics in self.calls for name in metrics}
+
+
 class FakeClock:
     """A monotonic clock a test moves by hand (`now`)."""
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from callback_helpers import MemoryLogger
-from conftest import Boom, TinyModel, make_loader, quiet_trainer
+from conftest import Boom, MemoryLogger, TinyModel, make_loader, quiet_trainer
 from torch import nn
 
 import statemachine as L
@@ -67,7 +66,7 @@ def test_lr_monitor_logs_momentum_and_weight_decay_and_fills_callback_metrics(tm
     logger = MemoryLogger()
     trainer = quiet_trainer(tmp_path, logger=logger, log_every_n_steps=1, callbacks=[monitor])
     trainer.fit(ScheduledModel("epoch", name="my-lr"), make_loader())
-    step, metrics = logger.logged[0]
+    step, metrics = logger.calls[0]
     assert metrics == {"my-lr": 0.1, "my-lr-momentum": 0.9, "my-lr-weight_decay": 0.01}
     assert trainer.callback_metrics["my-lr"].item() == pytest.approx(0.1)
     assert monitor.last_momentum_values == {"my-lr-momentum": 0.9}
@@ -92,7 +91,7 @@ class GroupsModel(TinyModel):
 )
 def test_lr_monitor_names_parameter_groups(tmp_path: Any, named: bool, keys: list[str]) -> None:
     logger = _fit(tmp_path, GroupsModel(named), L.LearningRateMonitor(log_momentum=True))
-    _, first = logger.logged[0]
+    _, first = logger.calls[0]
     assert first == {keys[0]: 0.1, f"{keys[0]}-momentum": 0.8, keys[1]: 0.01, f"{keys[1]}-momentum": 0.8}
 
 

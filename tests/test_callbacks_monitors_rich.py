@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from callback_helpers import MemoryLogger
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import MemoryLogger, TinyModel, make_loader, quiet_trainer
 
 import statemachine as L
 from stages.exceptions import MisconfigurationException
@@ -42,7 +41,7 @@ def test_throughput_counts_and_rates_of_training(tmp_path: Any) -> None:
     times = [v for _, v in logger.series("train/time")]
     assert times == sorted(times) and times[0] > 0
     # rates appear once the window of 2 updates is full
-    first, *rest = [metrics for _, metrics in logger.logged if "train/batches" in metrics]
+    first, *rest = [metrics for _, metrics in logger.calls if "train/batches" in metrics]
     assert "train/device/batches_per_sec" not in first
     for metrics in rest:
         assert metrics["train/device/samples_per_sec"] == pytest.approx(8 * metrics["train/device/batches_per_sec"])

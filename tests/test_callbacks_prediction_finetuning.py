@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from callback_helpers import MemoryLogger
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import MemoryLogger, TinyModel, make_loader, quiet_trainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 

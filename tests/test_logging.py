@@ -12,39 +12,11 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import MemoryLogger, TinyModel, make_loader, quiet_trainer
 from torch.utils.data import DataLoader
 from torchmetrics.classification import BinaryAccuracy
 
 import statemachine as L
-
-
-class MemoryLogger(L.Logger):
-    """Keeps every `log_metrics` call in memory."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[int | None, dict[str, float]]] = []
-        self.hparams: list[Any] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.calls.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params: Any) -> None:
-        self.hparams.append(params)
-
-    def steps_of(self, key: str) -> list[int | None]:
-        return [step for step, metrics in self.calls if key in metrics]
-
-    def values_of(self, key: str) -> list[float]:
-        return [metrics[key] for _, metrics in self.calls if key in metrics]
 
 
 def batches(n: int, batch_size: int = 1) -> DataLoader:
