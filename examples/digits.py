@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
 import statemachine as L
-from statemachine.diagram import build_graph
+from statemachine.diagram import GraphvizMissingError, build_graph, write_graph
 from statemachine.history import load_history
 
 
@@ -106,12 +106,16 @@ def main() -> None:
     run_dir = os.path.dirname(trainer.checkpoint_callback.best_model_path)
     history_path = trainer.dump_history(os.path.join(run_dir, "state-history.json"))
     diagram_path = os.path.join(run_dir, "run-path")
-    build_graph(table, overlay=load_history(history_path)).render(diagram_path, format="svg", cleanup=True)
+    graph = build_graph(table, overlay=load_history(history_path))
+    try:
+        diagram = write_graph(graph, [f"{diagram_path}.dot", f"{diagram_path}.svg"])[-1]
+    except GraphvizMissingError as missing:  # the DOT file is written; drawing it needs Graphviz's `dot`
+        diagram = f"{missing}"
 
     print(f"test accuracy: {results[0]['test_acc']:.4f}")
     print(f"best checkpoint: {trainer.checkpoint_callback.best_model_path}")
     print(f"state history:   {history_path}  (view: python -m statemachine.history show {history_path})")
-    print(f"run diagram:     {diagram_path}.svg")
+    print(f"run diagram:     {diagram}")
 
 
 if __name__ == "__main__":
