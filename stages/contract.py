@@ -8,7 +8,7 @@ runner, the logged metrics, the optimizers, the run in flight, the machine); use
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ class FlowView(Protocol):
     def table(self) -> TableView: ...
 
     def poll(self, trigger: str) -> bool: ...
+
+    def poller(self, trigger: str) -> Callable[[], bool]: ...
 
 
 class RunView(Protocol):

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 class NonFiniteLossCheck:
     """Warns the first time a run backpropagates a NaN or infinite loss, naming the step.
 
-    On the CPU every loss is checked (a few microseconds). On an accelerator, reading the result waits for the
-    device, so the loss is checked only at logging steps (every `log_every_n_steps`), where logging reads values
-    anyway: a per-batch sync would cost a demanding user real throughput. Stopping on it stays the job of
+    The loss is checked at logging steps (every `log_every_n_steps`) and on each epoch's last batch, on every
+    device. Reading a loss waits for the device, so a check per batch would cost a demanding user real
+    throughput; a diverged run's loss stays non-finite, so it is still caught within a logging interval, and
+    a short epoch (or `log_every_n_steps=0`) is still checked once. Stopping on it stays the job of
     `EarlyStopping(check_finite=True)`.
     """
 
@@ -34,19 +35,18 @@ class NonFiniteLossCheck:
     def __call__(self, loss: Tensor) -> None:
         if self.warned:
             return
-        on_cpu = loss.is_cpu
-        if on_cpu and loss.numel() == 1:
-            finite = math.isfinite(loss.item())  # a fraction of torch.isfinite's cost; item() needs no detach
-        elif on_cpu or self.trainer.fit_loop._should_log():
-            finite = bool(torch.isfinite(loss.detach()).all())
-        else:
+        loop = self.trainer.fit_loop
+        if not (loop.is_last_batch or loop._should_log()):
             return
+        if loss.numel() == 1:
+            finite = math.isfinite(loss.item())  # a fraction of torch.isfinite's cost; item() needs no detach
+        else:
+            finite = bool(torch.isfinite(loss.detach()).all())
         if finite:
             return
         self.warned = True
         trainer = self.trainer
         value = f"{loss.detach().item()}" if loss.numel() == 1 else "not finite"
-        where = "" if on_cpu else f" (on {loss.device.type} the loss is checked at logging steps only)"
         # A gradient scaler (16-mixed) skips the update of a step whose gradients are not finite.
         harm = (
             "gradients; the gradient scaler skips this step's update"
@@ -55,7 +55,7 @@ class NonFiniteLossCheck:
         )
         warnings.warn(
             f"The training loss is {value} at global step {trainer.global_step} (epoch {trainer.current_epoch}, "
-            f"batch {trainer.fit_loop.batch_idx}){where}: backpropagating it puts NaN or inf into the {harm}. "
+            f"batch {trainer.fit_loop.batch_idx}): backpropagating it puts NaN or inf into the {harm}. "
             "Shown once per run; EarlyStopping(monitor=..., check_finite=True) stops training on a non-finite "
             "metric",
             TrainerWarning,

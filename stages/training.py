@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-# Lightning's step hooks: when none is customized, an automatic step needs no closure (see _direct_step).
+# Lightning's step hooks: when none is customized, an automatic step needs no closure (see _direct_stepper).
 _STEP_HOOKS = (
     "optimizer_step",
     "optimizer_zero_grad",
@@ -303,14 +303,11 @@ class FitLoop:
         machine validates), then the loop's end-of-batch rules. One loop with the epoch's choices read into
         locals: for a small model these lines are the trainer's whole per-batch cost."""
         trainer = self.trainer
-        metrics, poll, transfer, progress = trainer._metrics, trainer._flow.poll, self._transfer, self.batch_progress
+        metrics, transfer, progress = trainer._metrics, self._transfer, self.batch_progress
+        poll_val_check = trainer._flow.poller("val_check")
         optimization = trainer._optimization
-        direct, automatic, batch_hooks, multi_process = (
-            self.direct_steps,
-            self.automatic,
-            self.batch_hooks,
-            self.multi_process,
-        )
+        direct_step = self._direct_stepper() if self.direct_steps else None
+        automatic, batch_hooks, multi_process = self.automatic, self.batch_hooks, self.multi_process
         for batch_idx, batch, is_last in batches:
             self.batch_idx = batch_idx
             self.is_last_batch = progress.is_last_batch = is_last
@@ -321,8 +318,8 @@ class FitLoop:
                 break
             progress.increment_started()
             self.stepped_this_batch = False
-            if direct:
-                output, loss = self._direct_step(batch, batch_idx, is_last)
+            if direct_step is not None:
+                output, loss = direct_step(batch, batch_idx, is_last)
             elif automatic:
                 output, loss = self._automatic_step(batch, batch_idx, is_last)
             else:
@@ -336,7 +333,7 @@ class FitLoop:
             metrics.step_end("train", self.batches_that_stepped, self._should_log())
             if multi_process:
                 self._agree_across_ranks()
-            if poll("val_check"):
+            if poll_val_check():
                 yield None
             if self._batch_done():
                 break
@@ -402,28 +399,34 @@ class FitLoop:
             and trainer._hooks.all_default(_STEP_HOOKS)
         )
 
-    def _direct_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
-        """`_automatic_step` when `_direct_step_allowed`: forward, zero_grad, backward, step, as the closure would."""
+    def _direct_stepper(self) -> Callable[[Any, int, bool], tuple[Any, Tensor | None]]:
+        """`_automatic_step` when `_direct_step_allowed`: forward, zero_grad, backward, step, as the closure would.
+        Built once per epoch, with what it reads bound, as it runs for every batch."""
         trainer = self.trainer
         k = trainer.accumulate_grad_batches
         optimizer = trainer._optimization.optimizers[0]
-        with torch.enable_grad():
-            output = trainer._hooks.module("training_step", batch, batch_idx)
-        loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
-        if batch_idx % k == 0:
-            progress = self.zero_grad_progress
-            progress.increment_ready()
-            progress.increment_started()
-            optimizer.zero_grad()
-            progress.increment_completed()
-        if loss is not None:
-            loss = loss / k if k > 1 else loss
-            trainer._optimization.check_loss(loss)
-            loss.backward()
-        if (batch_idx + 1) % k == 0 or is_last:
-            optimizer.step()
-            self.on_optimizer_stepped()
-        return output, loss
+        module_hook, check_loss = trainer._hooks.module, trainer._optimization.check_loss
+        zero_grad_progress, stepped = self.zero_grad_progress, self.on_optimizer_stepped
+
+        def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
+            with torch.enable_grad():
+                output = module_hook("training_step", batch, batch_idx)
+            loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
+            if batch_idx % k == 0:
+                zero_grad_progress.increment_ready()
+                zero_grad_progress.increment_started()
+                optimizer.zero_grad()
+                zero_grad_progress.increment_completed()
+            if loss is not None:
+                loss = loss / k if k > 1 else loss
+                check_loss(loss)
+                loss.backward()
+            if (batch_idx + 1) % k == 0 or is_last:
+                optimizer.step()
+                stepped()
+            return output, loss
+
+        return direct_step
 
     def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
         """The step, zero_grad and backward inside the optimizer's closure, through every step hook: returns the

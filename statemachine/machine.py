@@ -5,8 +5,9 @@ trigger and helper methods. Bookkeeping uses `transitions`' own machinery: the h
 travels in its `EventData` (as a trigger keyword), `before_state_change` marks the edge taken, and
 `finalize_event`, which runs after every event (also failed ones), closes the record.
 
-Per batch, no trigger runs: `Flow.poll` evaluates the table's candidates for an event in the current state
-(guards counted for coverage, True and False) and fires only when one passes.
+Per batch, no trigger runs: `Flow.poll` (or the function `Flow.poller` builds for a state) evaluates the table's
+candidates for an event in the current state (guards counted for coverage, True and False) and fires only when one
+passes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from transitions.core import MachineError
@@ -101,6 +103,7 @@ class Flow:
         self._polls: dict[tuple[str, str], list[tuple[str | None, bool]]] = {}
         for spec in table.transitions:
             self._polls.setdefault((spec.trigger, spec.source), []).append((spec.guard_name, spec.guard_negated))
+        self._pollers: dict[tuple[str, str], Callable[[], bool]] = {}
         self._multi_process = False  # read at each fire; a run's world size does not change between fires
         self._deferred: list[Callable[[], None]] = []
         # A KeyboardInterrupt or SystemExit that a best-effort step swallowed so the edge could finish; the driver
@@ -160,8 +163,42 @@ class Flow:
 
     def poll(self, trigger: str) -> bool:
         """Evaluate the table's candidates for `trigger` here; fire the first that passes. Cheap when none does."""
+        return self.poller(trigger)()
+
+    def poller(self, trigger: str) -> Callable[[], bool]:
+        """`poll(trigger)` for the current state, as a function built once per (trigger, state). A loop that polls
+        every batch from one state asks for it before its batches: per batch, the poll is then one call."""
+        key = (trigger, self.machine_state)
+        poller = self._pollers.get(key)
+        if poller is None:
+            poller = self._pollers[key] = self._build_poller(trigger, self._polls.get(key, []))
+        return poller
+
+    def _build_poller(self, trigger: str, candidates: list[tuple[str | None, bool]]) -> Callable[[], bool]:
+        if len(candidates) != 1 or candidates[0][0] is None:
+            return partial(self._poll_candidates, trigger, candidates)
+        # One guarded candidate (the per-batch `val_check`): `evaluate` written inline, as it runs every batch.
+        [(name, negated)] = candidates
+        assert name is not None
+        predicate, all_ranks, tally = self._guards[name]
+        trainer = self.trainer
+
+        def poll_one_guard() -> bool:
+            result = predicate(trainer)
+            value = bool(result)
+            if all_ranks is not None and self._multi_process:
+                value = trainer.strategy.reduce_boolean_decision(value, all=all_ranks)
+            tally[value] += 1
+            if value == negated:
+                return False
+            self.fire(trigger, decided={name: (value, result if isinstance(result, str) else None)})
+            return True
+
+        return poll_one_guard
+
+    def _poll_candidates(self, trigger: str, candidates: list[tuple[str | None, bool]]) -> bool:
         decided: dict[str, tuple[bool, str | None]] = {}
-        for name, negated in self._polls.get((trigger, self.machine_state), ()):
+        for name, negated in candidates:
             if name is not None and name not in decided:
                 decided[name] = self.evaluate(name)
             if name is None or decided[name][0] != negated:

@@ -129,7 +129,8 @@ class Diverging(TinyModel):
 
 
 def test_a_non_finite_loss_warns_once_naming_the_step(tmp_path: Path) -> None:
-    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=4)
+    """The loss is checked on each epoch's last batch and at logging steps, on every device."""
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=4)  # log_every_n_steps=50: last batches
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(Diverging(), make_loader())
@@ -139,8 +140,14 @@ def test_a_non_finite_loss_warns_once_naming_the_step(tmp_path: Path) -> None:
     assert "backpropagating it puts NaN or inf into the gradients and weights." in messages[0]  # no scaler here
 
     trainer.max_epochs = 3  # the next fit continues with epoch 2, still NaN: a new run warns again
-    with pytest.warns(UserWarning, match=r"training loss is nan at global step 8 \(epoch 2, batch 0\)"):
+    with pytest.warns(UserWarning, match=r"training loss is nan at global step 11 \(epoch 2, batch 3\)"):
         trainer.fit(Diverging(), make_loader())
+
+
+def test_a_non_finite_loss_is_caught_at_the_first_logging_step(tmp_path: Path) -> None:
+    trainer = quiet_trainer(tmp_path, max_epochs=1, log_every_n_steps=3)
+    with pytest.warns(UserWarning, match=r"training loss is nan at global step 5 \(epoch 0, batch 5\)"):
+        trainer.fit(Diverging(), make_loader(n=64))  # 8 batches, NaN from step 3; steps 2, 5 are logging steps
 
 
 def test_a_nan_monitored_value_never_replaces_a_finite_best_checkpoint(tmp_path: Path) -> None:

@@ -217,6 +217,59 @@ def test_callbacks_added_to_an_existing_edge_run_there(tmp_path: Any) -> None:
     assert stop.callbacks[-1].note == "warm-up ran 0 batches"
 
 
+# ---- a per-batch stage of the user's, polled with validation --------------------------------------------
+
+
+def probe_due(trainer: Any) -> bool:
+    return trainer.fit_loop.batch_idx == 1
+
+
+def probe(trainer: Any) -> str:
+    trainer.lightning_module.probed_at.append((trainer.fit_loop.batch_idx, trainer.global_step))
+    return "probed"
+
+
+PROBING = L.TABLE.extend(
+    name="trainer+probing",
+    states=[
+        L.StateSpec(
+            name="fitting.probing",
+            status=L.TrainerStatus.RUNNING,
+            fn=L.TrainerFn.FITTING,
+            stage=L.RunningStage.TRAINING,
+            handler="probe",
+        )
+    ],
+    transitions=[
+        L.TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.probing", guard="probe_due"),
+        L.TransitionSpec(trigger="probed", source="fitting.probing", dest="fitting.training"),
+    ],
+    guards={"probe_due": probe_due},
+    handlers={"probe": probe},
+)
+
+
+class ProbedModel(TinyModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.probed_at: list[tuple[int, int]] = []
+
+
+def test_a_users_candidate_for_the_per_batch_poll_pauses_the_epoch_at_its_batch(tmp_path: Any) -> None:
+    """`val_check` in training has two candidates here: the user's first (an extension's edges come first), then
+    validation's. The poll asks them in that order, each guard once, and the first that passes decides."""
+    trainer = quiet_trainer(tmp_path, table=PROBING, limit_train_batches=3, limit_val_batches=1)
+    model = ProbedModel()
+    trainer.fit(model, make_loader(), make_loader())
+    assert model.probed_at == [(1, 2)] and trainer.global_step == 3 and trainer.state.finished
+    polled = [r for r in trainer.history if r.trigger == "val_check"]
+    assert [(r.batch_idx, r.dest, [(g.name, g.value) for g in r.guards]) for r in polled] == [
+        (1, "fitting.probing", [("probe_due", True)]),
+        (2, "fitting.validating", [("probe_due", False), ("should_check_val", True)]),
+    ]
+    assert check_path(trainer.history, PROBING) == []
+
+
 # ---- the README's example ----------------------------------------------------------------------------------
 
 
