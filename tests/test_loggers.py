@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import csv
 import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
-import stages.loggers
 from stages.loggers import CSVLogger, Logger, TensorBoardLogger
 from stages.loggers.logger import flatten_hparams, metrics_to_floats
 from stages.saving import load_hparams_from_yaml
@@ -84,18 +85,22 @@ def test_custom_logger_needs_only_name_version_and_the_two_log_methods() -> None
         logger.finalize("done")
 
 
-def test_logger_modules_import_tensorboard_only_inside_functions() -> None:
-    # a module-level import would put tensorboard (about a second) on the path of `import statemachine`
-    package_dir = Path(stages.loggers.__file__).parent
-    for source in package_dir.glob("*.py"):
-        for node in ast.parse(source.read_text()).body:
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            eager = [n for n in names if n.split(".")[0] == "tensorboard" or n.startswith("torch.utils.tensorboard")]
-            assert not eager, (source.name, eager)
+def test_tensorboard_is_imported_when_the_logger_first_writes(tmp_path: Path) -> None:
+    # tensorboard takes about a second to import: importing the package, building the logger and a Trainer with
+    # it stay without it; the logger's first write brings it in
+    code = f"""
+import sys
+import statemachine as L
+from statemachine.loggers import TensorBoardLogger
+logger = TensorBoardLogger({str(tmp_path)!r})
+L.Trainer(logger=logger, default_root_dir={str(tmp_path)!r})
+print("tensorboard" in sys.modules, end=" ")
+logger.log_metrics({{"x": 1.0}}, step=0)
+print("tensorboard" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False True"
 
 
 # --- directories and versions (the same rules for both loggers) ---
@@ -160,6 +165,22 @@ def test_tensorboard_scalars_are_readable_by_tensorboard(tmp_path: Path) -> None
     events = _event_accumulator(logger.log_dir)
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(3, 0.5), (10, 0.125)]
     assert [(e.step, e.value) for e in events.Scalars("acc")] == [(3, 0.25)]
+
+
+def test_tensorboard_writes_in_the_callers_thread_and_the_writers_add_methods_work(tmp_path: Path) -> None:
+    logger = TensorBoardLogger(tmp_path)
+    threads = threading.active_count()
+    writer = logger.experiment  # users call the SummaryWriter's own methods on it
+    writer.add_histogram("weights", torch.randn(100), 1)
+    writer.add_image("picture", torch.rand(3, 4, 4), 1)
+    logger.log_metrics({"loss": 0.5}, step=1)
+    logger.save()
+    assert threading.active_count() == threads  # no writer thread: a flush writes the records itself
+    events = _event_accumulator(logger.log_dir)  # read while the writer is open: what save() flushed is there
+    assert events.Tags()["histograms"] == ["weights"] and events.Tags()["images"] == ["picture"]
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 0.5)]
+    assert len(list(Path(logger.log_dir).glob("events.out.tfevents.*"))) == 1
+    logger.finalize("success")
 
 
 def test_tensorboard_prefix_and_sub_dir(tmp_path: Path) -> None:

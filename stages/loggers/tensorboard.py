@@ -1,4 +1,5 @@
-"""TensorBoard logger: scalars and the hparams plugin's data, written by torch's SummaryWriter."""
+"""TensorBoard logger: scalars and the hparams plugin's data, written by torch's SummaryWriter (its event file
+written in the caller's thread: see `stages.loggers.event_file`)."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ class TensorBoardLogger(FileLogger):
         if rank_zero_only.rank != 0:
             return NoExperiment()  # only global rank 0 writes
         if self._experiment is None:
-            from torch.utils.tensorboard import SummaryWriter
+            from stages.loggers.event_file import SynchronousSummaryWriter
 
-            self._experiment = SummaryWriter(log_dir=self.log_dir)
+            self._experiment = SynchronousSummaryWriter(log_dir=self.log_dir)
         return self._experiment
 
     @rank_zero_only
