@@ -93,10 +93,33 @@ class BatchProgress(Progress):
         self.is_last_batch = state.get("is_last_batch", False)
 
 
-def step_progress() -> Progress:
+class StepProgress(Progress):
     """Optimizer and scheduler steps: ready and completed."""
-    return Progress(TWO)
+
+    def __init__(self) -> None:
+        super().__init__(TWO)
+
+    def increment_step(self) -> None:
+        """Ready and completed together: both count a step once it is taken."""
+        total, current = self.total, self.current
+        total.ready += 1
+        total.completed += 1
+        current.ready += 1
+        current.completed += 1
 
 
-def zero_grad_progress() -> Progress:
-    return Progress(THREE)
+class ZeroGradProgress(Progress):
+    """zero_grad calls: ready, started, completed."""
+
+    def __init__(self) -> None:
+        super().__init__(THREE)
+
+    def increment_whole(self) -> None:
+        """The three stages of a zero_grad with no hook around it (nothing can observe it halfway)."""
+        total, current = self.total, self.current
+        total.ready += 1
+        total.started += 1
+        total.completed += 1
+        current.ready += 1
+        current.started += 1
+        current.completed += 1

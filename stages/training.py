@@ -27,7 +27,7 @@ from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
 from stages.loop_views import TrainingEpochLoopView
 from stages.module import LightningModule
-from stages.progress import BatchProgress, Progress, step_progress, zero_grad_progress
+from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgress
 from stages.resume import CONTINUES_EPOCH, ResumePoint
 
 if TYPE_CHECKING:
@@ -81,10 +81,10 @@ class FitLoop:
         self.trainer = trainer
         self.epoch_progress = Progress()
         self.batch_progress = BatchProgress()
-        self.scheduler_progress = step_progress()
-        self.optimizer_step_progress = step_progress()
-        self.zero_grad_progress = zero_grad_progress()
-        self.manual_step_progress = step_progress()
+        self.scheduler_progress = StepProgress()
+        self.optimizer_step_progress = StepProgress()
+        self.zero_grad_progress = ZeroGradProgress()
+        self.manual_step_progress = StepProgress()
         self.val_progress = BatchProgress()
         self.batches_that_stepped = 0
         self.num_training_batches: int | float = math.inf
@@ -134,9 +134,7 @@ class FitLoop:
         return self.optimizer_step_progress.total.completed
 
     def on_optimizer_stepped(self) -> None:
-        progress = self.optimizer_step_progress if self.automatic else self.manual_step_progress
-        progress.increment_ready()
-        progress.increment_completed()
+        (self.optimizer_step_progress if self.automatic else self.manual_step_progress).increment_step()
         self.stepped_this_batch = True
 
     # ---- the handlers -----------------------------------------------------------------------------------
@@ -413,10 +411,8 @@ class FitLoop:
                 output = module_hook("training_step", batch, batch_idx)
             loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
             if batch_idx % k == 0:
-                zero_grad_progress.increment_ready()
-                zero_grad_progress.increment_started()
                 optimizer.zero_grad()
-                zero_grad_progress.increment_completed()
+                zero_grad_progress.increment_whole()
             if loss is not None:
                 loss = loss / k if k > 1 else loss
                 check_loss(loss)
