@@ -101,7 +101,8 @@ class FitLoop:
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
         self.direct_steps = False  # see _direct_step_allowed; decided once per epoch
-        self.batch_hooks = True  # something implements on_train_batch_start/end; decided once per epoch
+        # Something implements on_train_batch_start / on_train_batch_end; decided once per epoch.
+        self.batch_start_hooks = self.batch_end_hooks = True
         self._val_time_agreed = False  # multi-process: the ranks' common answer to `_val_interval_passed`
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
@@ -270,7 +271,8 @@ class FitLoop:
         self.multi_process = trainer.world_size > 1
         self.automatic = module_of(trainer).automatic_optimization
         self.direct_steps = self._direct_step_allowed()
-        self.batch_hooks = not trainer._hooks.all_default(("on_train_batch_start", "on_train_batch_end"))
+        self.batch_start_hooks = not trainer._hooks.all_default(("on_train_batch_start",))
+        self.batch_end_hooks = not trainer._hooks.all_default(("on_train_batch_end",))
         self._transfer = data.transfer_for(trainer)
         start = self.batch_progress.current.completed
         if self.fetches_itself:  # the loader's position is what the step fetched, not how often it ran
@@ -305,13 +307,14 @@ class FitLoop:
         poll_val_check = trainer._flow.poller("val_check")
         optimization = trainer._optimization
         direct_step = self._direct_stepper() if self.direct_steps else None
-        automatic, batch_hooks, multi_process = self.automatic, self.batch_hooks, self.multi_process
+        automatic, start_hooks, end_hooks = self.automatic, self.batch_start_hooks, self.batch_end_hooks
+        multi_process = self.multi_process
         for batch_idx, batch, is_last in batches:
             self.batch_idx = batch_idx
             self.is_last_batch = progress.is_last_batch = is_last
             progress.increment_ready()
             batch = metrics.current_batch = transfer(batch, 0)
-            if batch_hooks and self._batch_start_ends_epoch(batch, batch_idx):
+            if start_hooks and self._batch_start_ends_epoch(batch, batch_idx):
                 self.is_last_batch = True
                 break
             progress.increment_started()
@@ -325,7 +328,7 @@ class FitLoop:
             progress.increment_processed()
             if optimization.lr_scheduler_configs:
                 self._step_schedulers(batch_idx, is_last)
-            if batch_hooks:
+            if end_hooks:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
             metrics.step_end("train", self.batches_that_stepped, self._should_log())

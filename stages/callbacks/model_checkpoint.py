@@ -114,6 +114,8 @@ class ModelCheckpoint(Checkpoint):
         self._every_n_train_steps = every_n_train_steps or 0
         self._every_n_epochs = every_n_epochs or 0
         self._train_time_interval = train_time_interval
+        # Most checkpoints save at epoch ends only: their batch ends have nothing to check.
+        self._saves_within_epochs = self._every_n_train_steps >= 1 or train_time_interval is not None
 
     @property
     def state_key(self) -> str:
@@ -141,7 +143,7 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_checked = time.monotonic()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not self._step_trigger_due(trainer):
+        if not self._saves_within_epochs or not self._step_trigger_due(trainer):
             return
         candidates = self._monitor_candidates(trainer)
         if self._should_defer(trainer, candidates, batch_idx):
