@@ -83,10 +83,12 @@ class TensorBoardLogger(FileLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
         scalars = add_prefix(metrics_to_floats(metrics), self._prefix, self.PREFIX_SEPARATOR)
-        writer = self.experiment
-        for tag, value in scalars.items():
-            writer.add_scalar(tag, value, step)
+        # One event holds the step's scalars: the records add_scalar would write one by one, in one record.
+        values = [Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
+        self.experiment._get_file_writer().add_summary(Summary(value=values), step)
 
     @rank_zero_only
     def log_hyperparams(
