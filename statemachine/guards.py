@@ -7,6 +7,7 @@ record of the stop says why, the way Lightning's fit loop logs it. The training 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from stages.loop_rules import max_epochs_reached, max_steps_reached, minimums_met
@@ -53,15 +54,15 @@ def should_check_val(trainer: Trainer) -> bool:
         return False
     is_last = loop.is_last_batch
     val_check_batch = loop.val_check_batch
-    if is_last and (val_check_batch == float("inf") or loop.fetches_itself):
+    if is_last and (val_check_batch == math.inf or loop.fetches_itself):
         return True
     if trainer.should_stop and minimums_met(trainer):
         return True  # validation runs before an early or max_time stop
     if val_check_batch is None:  # time-based: there is no automatic end-of-epoch run
         return loop.time_for_validation()
-    if isinstance(trainer.limit_train_batches, int) and val_check_batch == float("inf"):
+    if isinstance(trainer.limit_train_batches, int) and val_check_batch == math.inf:
         return (loop.batch_idx + 1) % trainer.limit_train_batches == 0
-    if val_check_batch != float("inf"):
+    if val_check_batch != math.inf:
         index = loop.total_batch_idx if trainer.check_val_every_n_epoch is None else loop.batch_idx
         return (index + 1) % val_check_batch == 0
     return is_last
