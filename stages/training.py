@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-# Lightning's step hooks: when none is customized, an automatic step needs no closure (see _direct_stepper).
+# Lightning's step hooks: when none is customized, an automatic step needs no closure (the direct step in _run_batches).
 _STEP_HOOKS = (
     "optimizer_step",
     "optimizer_zero_grad",
@@ -306,9 +306,13 @@ class FitLoop:
         metrics, transfer, progress = trainer._metrics, self._transfer, self.batch_progress
         poll_val_check = trainer._flow.poller("val_check")
         optimization = trainer._optimization
-        direct_step = self._direct_stepper() if self.direct_steps else None
         automatic, start_hooks, end_hooks = self.automatic, self.batch_start_hooks, self.batch_end_hooks
         multi_process = self.multi_process
+        # The direct step (see _direct_step_allowed) and what it reads, bound once: it runs for every batch.
+        direct_optimizer = optimization.optimizers[0] if self.direct_steps else None
+        k = trainer.accumulate_grad_batches
+        module_hook, check_loss = trainer._hooks.module, optimization.check_loss
+        zero_grad_progress = self.zero_grad_progress
         for batch_idx, batch, is_last in batches:
             self.batch_idx = batch_idx
             self.is_last_batch = progress.is_last_batch = is_last
@@ -319,8 +323,21 @@ class FitLoop:
                 break
             progress.increment_started()
             self.stepped_this_batch = False
-            if direct_step is not None:
-                output, loss = direct_step(batch, batch_idx, is_last)
+            if direct_optimizer is not None:
+                # What an automatic step's closure does when nothing hooks into it, in its order.
+                with torch.enable_grad():
+                    output = module_hook("training_step", batch, batch_idx)
+                loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
+                if batch_idx % k == 0:
+                    direct_optimizer.zero_grad()
+                    zero_grad_progress.increment_whole()
+                if loss is not None:
+                    loss = loss / k if k > 1 else loss
+                    check_loss(loss)
+                    loss.backward()
+                if (batch_idx + 1) % k == 0 or is_last:
+                    direct_optimizer.step()
+                    self.on_optimizer_stepped()
             elif automatic:
                 output, loss = self._automatic_step(batch, batch_idx, is_last)
             else:
@@ -399,33 +416,6 @@ class FitLoop:
             and trainer.strategy.plain_steps
             and trainer._hooks.all_default(_STEP_HOOKS)
         )
-
-    def _direct_stepper(self) -> Callable[[Any, int, bool], tuple[Any, Tensor | None]]:
-        """`_automatic_step` when `_direct_step_allowed`: forward, zero_grad, backward, step, as the closure would.
-        Built once per epoch, with what it reads bound, as it runs for every batch."""
-        trainer = self.trainer
-        k = trainer.accumulate_grad_batches
-        optimizer = trainer._optimization.optimizers[0]
-        module_hook, check_loss = trainer._hooks.module, trainer._optimization.check_loss
-        zero_grad_progress, stepped = self.zero_grad_progress, self.on_optimizer_stepped
-
-        def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
-            with torch.enable_grad():
-                output = module_hook("training_step", batch, batch_idx)
-            loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
-            if batch_idx % k == 0:
-                optimizer.zero_grad()
-                zero_grad_progress.increment_whole()
-            if loss is not None:
-                loss = loss / k if k > 1 else loss
-                check_loss(loss)
-                loss.backward()
-            if (batch_idx + 1) % k == 0 or is_last:
-                optimizer.step()
-                stepped()
-            return output, loss
-
-        return direct_step
 
     def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
         """The step, zero_grad and backward inside the optimizer's closure, through every step hook: returns the
