@@ -21,6 +21,17 @@ STOP = L.TABLE.by_key["epoch_boundary: fitting.training -> finished [fit_done]"]
 WARMUP_EDGE = "train_ready: fitting.train_setup -> fitting.warming_up [needs_warmup]"
 
 
+def training_stage(name: str, handler: str) -> L.StateSpec:
+    """A running state of fit's training stage, with its handler."""
+    return L.StateSpec(
+        name=name,
+        status=L.TrainerStatus.RUNNING,
+        fn=L.TrainerFn.FITTING,
+        stage=L.RunningStage.TRAINING,
+        handler=handler,
+    )
+
+
 # ---- a warm-up stage: a few batches at a low learning rate before training starts --------------------------
 
 
@@ -48,15 +59,7 @@ def note_warmup(trainer: Any) -> str:
 
 WARMUP = L.TABLE.extend(
     name="trainer+warmup",
-    states=[
-        L.StateSpec(
-            name="fitting.warming_up",
-            status=L.TrainerStatus.RUNNING,
-            fn=L.TrainerFn.FITTING,
-            stage=L.RunningStage.TRAINING,
-            handler="warm_up",
-        )
-    ],
+    states=[training_stage("fitting.warming_up", handler="warm_up")],
     transitions=[
         L.TransitionSpec(
             trigger="train_ready", source="fitting.train_setup", dest="fitting.warming_up", guard="needs_warmup"
@@ -231,15 +234,7 @@ def probe(trainer: Any) -> str:
 
 PROBING = L.TABLE.extend(
     name="trainer+probing",
-    states=[
-        L.StateSpec(
-            name="fitting.probing",
-            status=L.TrainerStatus.RUNNING,
-            fn=L.TrainerFn.FITTING,
-            stage=L.RunningStage.TRAINING,
-            handler="probe",
-        )
-    ],
+    states=[training_stage("fitting.probing", handler="probe")],
     transitions=[
         L.TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.probing", guard="probe_due"),
         L.TransitionSpec(trigger="probed", source="fitting.probing", dest="fitting.training"),
