@@ -353,6 +353,7 @@ class FitLoop:
                 self._agree_across_ranks()
             if poll_val_check():
                 yield None
+                poll_val_check = trainer._flow.poller("val_check")  # for the state the machine resumed in
             if self._batch_done():
                 break
 
