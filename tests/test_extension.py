@@ -265,6 +265,21 @@ def test_a_users_candidate_for_the_per_batch_poll_pauses_the_epoch_at_its_batch(
     assert check_path(trainer.history, PROBING) == []
 
 
+def test_a_failure_in_a_polled_stage_takes_its_interrupt_edge_mid_epoch(tmp_path: Any) -> None:
+    class FailingRecord(list):
+        def append(self, item: Any) -> None:
+            raise ZeroDivisionError("probe failed")
+
+    model = ProbedModel()
+    model.probed_at = FailingRecord()
+    trainer = quiet_trainer(tmp_path, table=PROBING, limit_train_batches=3, limit_val_batches=0)
+    with pytest.raises(ZeroDivisionError, match="probe failed"):
+        trainer.fit(model, make_loader())
+    last = trainer.history[-1]
+    assert (last.transition, last.dest) == ("interrupt: fitting.probing -> interrupted", "interrupted")
+    assert trainer.global_step == 2  # the epoch went no further than the probed batch
+
+
 # ---- the README's example ----------------------------------------------------------------------------------
 
 
