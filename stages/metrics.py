@@ -237,6 +237,20 @@ class MetricsCollector:
         """Numbers, made from the stored tensors only here: the bar reads them when it shows them."""
         return {name: value.item() for name, value in {**self._progress, **self._live_view()[2]}.items()}
 
+    def publish(self, values: Mapping[str, Tensor], *, to_callbacks: bool, to_logged: bool) -> None:
+        """Values a callback computed itself (a learning rate, a throughput) and sent to the loggers: they join
+        `callback_metrics` and/or `logged_metrics` as values published at a batch end do."""
+        if to_callbacks:
+            self._callback.update(values)
+        if to_logged:
+            self._logged.update(values)
+
+    def adopt(self, callback_metrics: Mapping[str, Tensor], logged_metrics: Mapping[str, Tensor]) -> None:
+        """The views of the process that ran the fit (a spawned rank 0) become this process's: its callback
+        metrics replace these, its logged metrics join them."""
+        self._callback = dict(callback_metrics)
+        self._logged.update(logged_metrics)
+
     def epoch_end_reached(self, bucket_name: str) -> None:
         """The stage's batches are done: until `epoch_end` its views show epoch values, for its epoch-end hooks."""
         self._epoch_end_reached = bucket_name

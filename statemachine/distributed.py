@@ -156,9 +156,7 @@ def _apply(trainer: Trainer, output: WorkerOutput) -> None:
         # The workers connected their copies of the model; this process's model gets their weights.
         trainer._connect(run_context.model, run_context.datamodule)
         run_context.model.load_state_dict(output.weights)
-    trainer._metrics._callback.clear()
-    trainer._metrics._callback.update(output.callback_metrics)
-    trainer._metrics._logged.update(output.logged_metrics)
+    trainer._metrics.adopt(output.callback_metrics, output.logged_metrics)
     callback = trainer.checkpoint_callback
     if callback is not None:
         for name, value in output.checkpoint.items():

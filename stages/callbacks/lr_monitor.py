@@ -66,7 +66,8 @@ class LearningRateMonitor(Callback):
         if not stats:
             return
         device = trainer.strategy.root_device
-        trainer._metrics._callback.update({name: torch.tensor(value, device=device) for name, value in stats.items()})
+        values = {name: torch.tensor(value, device=device) for name, value in stats.items()}
+        trainer._metrics.publish(values, to_callbacks=True, to_logged=False)
         for logger in trainer.loggers:
             logger.log_metrics(stats, step=trainer.fit_loop.batches_that_stepped)
 

@@ -152,7 +152,8 @@ class ThroughputMonitor(Callback):
             return
         computed = self._throughputs[stage].compute()
         metrics = {f"{stage}{self.separator}{name}": float(value) for name, value in computed.items()}
-        trainer._metrics._logged.update({name: torch.tensor(value) for name, value in metrics.items()})
+        values = {name: torch.tensor(value) for name, value in metrics.items()}
+        trainer._metrics.publish(values, to_callbacks=False, to_logged=True)
         if step is None:
             metrics.setdefault("epoch", trainer.current_epoch)
             step = trainer.fit_loop.batches_that_stepped
