@@ -188,7 +188,7 @@ def _save_remote(checkpoint: dict[str, Any], fs: AbstractFileSystem, fs_path: st
 
 
 def _serialize(checkpoint: dict[str, Any], local_path: str, shown: str) -> None:
-    stream = _WriterStream(open(local_path, "wb"))  # noqa: SIM115 - closed by close() or when the last holder goes
+    stream = _WriterStream(open(local_path, "wb"))  # closed by close() or when the last holder goes
     try:
         torch.save(checkpoint, cast(IO[bytes], stream))  # it calls only write and flush
         stream.sync()

@@ -99,7 +99,7 @@ class ScriptLauncher:
                 "WORLD_SIZE": str(strategy.world_size),
                 "RANK": str(global_rank),
             }
-            process = subprocess.Popen(command, env=child_env)  # noqa: S603 - this very script, relaunched
+            process = subprocess.Popen(command, env=child_env)  # this very script, relaunched
             self.children.append((global_rank, process))
         atexit.register(self.wait_for_children, EXIT_GRACE_SECONDS)
 

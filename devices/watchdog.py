@@ -86,7 +86,7 @@ class PeerWatch:
         try:
             first = self.store.compare_set(FAILURE_KEY, "", format_failure(rank, error))
             self.failure = parse_failure(first)
-        except Exception:  # noqa: BLE001 - the store host may be gone; this rank's own error still stands
+        except RuntimeError:  # torch's store errors (DistNetworkError: its host is gone); this rank's error stands
             if self.failure is None:
                 self.failure = parse_failure(format_failure(rank, error))
         return self.failure
@@ -98,7 +98,7 @@ class PeerWatch:
         try:
             if self.store.check([FAILURE_KEY]):
                 self.failure = parse_failure(self.store.get(FAILURE_KEY))
-        except Exception as error:  # noqa: BLE001 - losing the store means its host (rank 0 or the launcher) died
+        except RuntimeError as error:  # DistNetworkError: the store's host (rank 0 or the launcher) died
             self.failure = (0, f"the rendezvous store is unreachable ({type(error).__name__}: {error})")
         return self.failure
 

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import statemachine as L  # noqa: E402
+import statemachine as L
 
 SAMPLES = 32
 
