@@ -322,7 +322,8 @@ def _guard_spec(name: str, value: Callable[..., Any] | str | GuardSpec) -> Guard
     return GuardSpec(name=name, path=_path_of(value))
 
 
-def _paths(module: str, *names: str) -> dict[str, str]:
+def module_paths(module: str, *names: str) -> dict[str, str]:
+    """`{name: "module:name"}`: names a table binds to functions of one module."""
     return {name: f"{module}:{name}" for name in names}
 
 
@@ -521,7 +522,9 @@ _GUARDS = (
 )
 
 # Every callback the transitions name, in the order they first appear; all live in statemachine.actions.
-_CALLBACKS = _paths("statemachine.actions", *dict.fromkeys(n for t in _TRANSITIONS for n in (*t.before, *t.after)))
+_CALLBACKS = module_paths(
+    "statemachine.actions", *dict.fromkeys(n for t in _TRANSITIONS for n in (*t.before, *t.after))
+)
 
 _HANDLERS = {
     "fit_setup": "stages.fit_setup:run_fit_setup",

@@ -10,8 +10,8 @@ run (`fitting.setup` for the next search or the fit itself, or `validating`/`tes
 
 from __future__ import annotations
 
-from statemachine.enums import RunningStage, TrainerFn, TrainerStatus
-from statemachine.table import RESTING_SOURCES, TABLE, MachineTable, StateSpec, TransitionSpec
+from statemachine.enums import TrainerStatus
+from statemachine.table import RESTING_SOURCES, TABLE, MachineTable, StateSpec, TransitionSpec, module_paths
 
 _ACTIONS = "statemachine.tuner.actions"
 # What a run that the tuner ends early still does, in Lightning's order: the teardown hooks, the loggers'
@@ -19,61 +19,47 @@ _ACTIONS = "statemachine.tuner.actions"
 _EXIT_CHAIN = ("call_teardown_hooks", "finalize_loggers_success", "describe_profiler", "teardown_internals")
 _SEARCHES = {"lr_find": "lr_find_requested", "scale_batch_size": "batch_size_search_requested"}
 # The batch size of validate/test/predict: searched on entry, whenever a BatchSizeFinder is among the callbacks.
-_EVALUATIONS = {
-    "validate": ("validating", TrainerFn.VALIDATING, RunningStage.VALIDATING),
-    "test": ("testing", TrainerFn.TESTING, RunningStage.TESTING),
-    "predict": ("predicting", TrainerFn.PREDICTING, RunningStage.PREDICTING),
-}
+_EVALUATIONS = {"validate": "validating", "test": "testing", "predict": "predicting"}
 
 
-def _extension(table: MachineTable) -> dict[str, object]:
+def _search_state(
+    table: MachineTable, name: str, like: str, handler: str, doc: str, back_to: str
+) -> tuple[StateSpec, list[TransitionSpec]]:
+    """A search's state, running as the state `like` does (its function and stage), and its edges out: to
+    `finished` when the `Tuner` asked for the search alone, back to `back_to` otherwise, to `interrupted` on a
+    failure; every one restores the state saved on the way in."""
+    model = table.by_name[like]
+    state = StateSpec(name=name, status=TrainerStatus.RUNNING, fn=model.fn, stage=model.stage, handler=handler, doc=doc)
+    restore = ("restore_tuning_state",)
     interrupt = table.by_key["interrupt: fitting.setup -> interrupted"]
-    states = []
-    transitions = []
+    return state, [
+        TransitionSpec(
+            trigger="searched", source=name, dest="finished", guard="tuner_exits", before=(*restore, *_EXIT_CHAIN)
+        ),
+        TransitionSpec(trigger="searched", source=name, dest=back_to, guard="not tuner_exits", before=restore),
+        interrupt.model_copy(update={"source": name, "before": (*restore, *interrupt.before)}),
+    ]
+
+
+def _tuned(table: MachineTable) -> MachineTable:
+    states: list[StateSpec] = []
+    transitions: list[TransitionSpec] = []
     for search, requested in _SEARCHES.items():
         name = f"tuning.{search}"
-        states.append(
-            StateSpec(
-                name=name,
-                status=TrainerStatus.RUNNING,
-                fn=TrainerFn.FITTING,
-                stage=RunningStage.TRAINING,
-                handler=f"run_{search}",
-                doc=f"the {search} search: a few training steps, then the state saved before it is restored",
-            )
-        )
-        transitions += [
+        doc = f"the {search} search: a few training steps, then the state saved before it is restored"
+        state, edges_out = _search_state(table, name, "fitting.training", f"run_{search}", doc, "fitting.setup")
+        states.append(state)
+        transitions.append(
             TransitionSpec(
                 trigger="begin", source="fitting.setup", dest=name, guard=requested, before=("save_tuning_state",)
-            ),
-            TransitionSpec(
-                trigger="searched",
-                source=name,
-                dest="finished",
-                guard="tuner_exits",
-                before=("restore_tuning_state", *_EXIT_CHAIN),
-            ),
-            TransitionSpec(
-                trigger="searched",
-                source=name,
-                dest="fitting.setup",
-                guard="not tuner_exits",
-                before=("restore_tuning_state",),
-            ),
-            interrupt.model_copy(update={"source": name, "before": ("restore_tuning_state", *interrupt.before)}),
-        ]
-    for trigger, (running, fn, stage) in _EVALUATIONS.items():
-        name = f"tuning.{trigger}_batch_size"
-        states.append(
-            StateSpec(
-                name=name,
-                status=TrainerStatus.RUNNING,
-                fn=fn,
-                stage=stage,
-                handler="run_scale_batch_size",
-                doc=f"the batch size search of {trigger}: a few batches per size, then the saved state is restored",
             )
         )
+        transitions += edges_out
+    for trigger, running in _EVALUATIONS.items():
+        name = f"tuning.{trigger}_batch_size"
+        doc = f"the batch size search of {trigger}: a few batches per size, then the saved state is restored"
+        state, edges_out = _search_state(table, name, running, "run_scale_batch_size", doc, running)
+        states.append(state)
         transitions += [
             TransitionSpec(
                 trigger=trigger,
@@ -84,31 +70,17 @@ def _extension(table: MachineTable) -> dict[str, object]:
             )
             for source in RESTING_SOURCES
         ]
-        transitions += [
-            TransitionSpec(
-                trigger="searched",
-                source=name,
-                dest="finished",
-                guard="tuner_exits",
-                before=("restore_tuning_state", *_EXIT_CHAIN),
-            ),
-            TransitionSpec(
-                trigger="searched",
-                source=name,
-                dest=running,
-                guard="not tuner_exits",
-                before=("restore_tuning_state",),
-            ),
-            interrupt.model_copy(update={"source": name, "before": ("restore_tuning_state", *interrupt.before)}),
-        ]
-    names = ("lr_find_requested", "batch_size_search_requested", "batch_size_finder_present", "tuner_exits")
-    return {
-        "states": states,
-        "transitions": transitions,
-        "guards": {name: f"{_ACTIONS}:{name}" for name in names},
-        "callbacks": {name: f"{_ACTIONS}:{name}" for name in ("save_tuning_state", "restore_tuning_state")},
-        "handlers": {f"run_{search}": f"{_ACTIONS}:run_{search}" for search in _SEARCHES},
-    }
+        transitions += edges_out
+    return table.extend(
+        name=f"{table.name}+tuner",
+        states=states,
+        transitions=transitions,
+        guards=module_paths(
+            _ACTIONS, "lr_find_requested", "batch_size_search_requested", "batch_size_finder_present", "tuner_exits"
+        ),
+        callbacks=module_paths(_ACTIONS, "save_tuning_state", "restore_tuning_state"),
+        handlers=module_paths(_ACTIONS, *(f"run_{search}" for search in _SEARCHES)),
+    )
 
 
 _TUNED: dict[str, MachineTable] = {}
@@ -120,7 +92,7 @@ def with_tuning(table: MachineTable) -> MachineTable:
         return table
     tuned = _TUNED.get(table.digest)
     if tuned is None:
-        tuned = _TUNED[table.digest] = table.extend(name=f"{table.name}+tuner", **_extension(table))  # type: ignore[arg-type]
+        tuned = _TUNED[table.digest] = _tuned(table)
     return tuned
 
 
