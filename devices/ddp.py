@@ -19,7 +19,7 @@ from devices.accelerators import Accelerator
 from devices.environments import ClusterEnvironment, LightningEnvironment, detect
 from devices.precision import Precision
 from devices.strategy import ModuleT, Strategy, _check_reduce_op
-from devices.watchdog import PeerFailedError, PeerWatch
+from devices.watchdog import PeerFailedError, PeerWatch, failure_store
 
 _log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class DDPStrategy(Strategy):
         dist.init_process_group(self.backend, store=self._store, rank=rank, world_size=size, timeout=timeout)
         atexit.register(self._leave)
         children = getattr(self.launcher, "dead_children", None)
-        self.watch = PeerWatch(dist.PrefixStore("statemachine", self._store), rank, children)
+        self.watch = PeerWatch(failure_store(self._store), rank, children)
 
     def _check_world(self, env: ClusterEnvironment) -> None:
         if env.creates_processes_externally and env.world_size() != self.world_size:

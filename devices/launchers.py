@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from devices.environments import LAUNCHED_MARKER, LOOPBACK, find_free_port
-from devices.watchdog import format_failure, parse_failure
+from devices.watchdog import failure_store, read_failure, report_failure
 
 if TYPE_CHECKING:
     from devices.ddp import DDPStrategy
@@ -147,7 +147,7 @@ class MultiprocessingLauncher:
         ).processes
         try:
             with _forwarding_sigterm(processes):
-                return self._collect(processes, queue, dist.PrefixStore("statemachine", store))
+                return self._collect(processes, queue, failure_store(store))
         finally:
             strategy._store_host = None
 
@@ -178,7 +178,7 @@ class MultiprocessingLauncher:
                 if process.exitcode < 0:
                     # Killed by a signal, it could not report itself: record it so the other ranks stop.
                     killed_first = (self.strategy.global_rank_of(ranks[sentinel]), _describe_exit(process.exitcode))
-                    store.compare_set("first_failure", "", format_failure(*killed_first))
+                    report_failure(store, *killed_first)
         for sentinel in pending:
             process = processes[ranks[sentinel]]
             _log.error("rank process %d did not exit in time; killing it", process.pid)
@@ -251,11 +251,9 @@ def _stop_with_parent() -> None:
 
 def _read_failure(store: Any) -> tuple[int, str] | None:
     try:
-        if store.check(["first_failure"]):
-            return parse_failure(store.get("first_failure"))
-    except RuntimeError:
+        return read_failure(store)
+    except RuntimeError:  # torch's store errors: the launcher hosts the store, so only a broken store lands here
         return None
-    return None
 
 
 def _describe_exit(code: int) -> str:

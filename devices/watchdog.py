@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch.distributed as dist
+
 _log = logging.getLogger(__name__)
 
-FAILURE_KEY = "statemachine/first_failure"
+FAILURE_KEY = "first_failure"
 _POLL_SECONDS = 0.1
 # Frames from these files mean the main thread is inside a blocking collective or autograd: an exception raised
 # there asynchronously would land in torch internals, and the failed peer's teardown already makes the call fail.
@@ -45,6 +47,21 @@ def parse_failure(value: bytes | str) -> tuple[int, str]:
     return int(rank), message
 
 
+def failure_store(store: Any) -> Any:
+    """The view of the rendezvous store the ranks and the launcher share for failure reports."""
+    return dist.PrefixStore("statemachine", store)
+
+
+def report_failure(store: Any, rank: int, error: BaseException | str) -> tuple[int, str]:
+    """Record `rank`'s failure in `failure_store(...)` unless one is recorded already; return the first one."""
+    return parse_failure(store.compare_set(FAILURE_KEY, "", format_failure(rank, error)))
+
+
+def read_failure(store: Any) -> tuple[int, str] | None:
+    """The first failure recorded in `failure_store(...)`, if any."""
+    return parse_failure(store.get(FAILURE_KEY)) if store.check([FAILURE_KEY]) else None
+
+
 class PeerWatch:
     """Polls the store for a peer's failure and checks launched children; one per process."""
 
@@ -52,7 +69,7 @@ class PeerWatch:
 
     def __init__(
         self,
-        store: Any,
+        store: Any,  # a failure_store(...) view
         rank: int,
         dead_children: Callable[[], list[tuple[int, str]]] | None = None,
     ) -> None:
@@ -84,8 +101,7 @@ class PeerWatch:
     def report(self, rank: int, error: BaseException | str) -> tuple[int, str]:
         """Record `rank`'s failure unless a failure is already recorded; return the first one."""
         try:
-            first = self.store.compare_set(FAILURE_KEY, "", format_failure(rank, error))
-            self.failure = parse_failure(first)
+            self.failure = report_failure(self.store, rank, error)
         except RuntimeError:  # torch's store errors (DistNetworkError: its host is gone); this rank's error stands
             if self.failure is None:
                 self.failure = parse_failure(format_failure(rank, error))
@@ -96,8 +112,7 @@ class PeerWatch:
         if self.failure is not None:
             return self.failure
         try:
-            if self.store.check([FAILURE_KEY]):
-                self.failure = parse_failure(self.store.get(FAILURE_KEY))
+            self.failure = read_failure(self.store)
         except RuntimeError as error:  # DistNetworkError: the store's host (rank 0 or the launcher) died
             self.failure = (0, f"the rendezvous store is unreachable ({type(error).__name__}: {error})")
         return self.failure

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import multiprocessing
 import os
 import random
 import signal
@@ -24,8 +25,10 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sequ
 
 import statemachine as L
 from devices import environments
+from devices.ddp import DDPStrategy
 from devices.environments import find_free_port
-from devices.launchers import RankFailedError
+from devices.launchers import MultiprocessingLauncher, RankFailedError
+from devices.watchdog import PeerWatch, failure_store
 from stages import samplers
 from statemachine.distributed import CHECK_RANKS_VARIABLE
 from statemachine.history import load_history
@@ -211,6 +214,26 @@ def test_a_sigkilled_rank_under_spawn_ends_the_run(tmp_path: Path) -> None:
     assert time.monotonic() - began < ENDS_WITHIN + 15  # plus starting two interpreters
     assert info.value.rank == 1
     assert list(_dumps(tmp_path)) == [0]  # the killed rank could not write one
+
+
+def _killed_by_sigkill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_the_launcher_records_a_killed_rank_where_every_ranks_watch_reads_it() -> None:
+    """A rank killed by a signal cannot report itself: the launcher records its death in the key the other ranks'
+    PeerWatch polls, so they stop naming the real cause instead of their own broken collective."""
+    context = multiprocessing.get_context("fork")
+    process = context.Process(target=_killed_by_sigkill)
+    process.start()
+    store = torch.distributed.HashStore()
+    with pytest.raises(RankFailedError, match="rank 0 failed first: the process was killed by SIGKILL"):
+        MultiprocessingLauncher(DDPStrategy())._collect([process], context.SimpleQueue(), failure_store(store))
+    watch = PeerWatch(failure_store(store), rank=1)
+    try:
+        assert watch.read() == (0, "the process was killed by SIGKILL")
+    finally:
+        watch.stop()
 
 
 # ---- samplers (no processes needed) -------------------------------------------------------------------------
