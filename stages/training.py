@@ -100,9 +100,6 @@ class FitLoop:
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
-        self.direct_steps = False  # see _direct_step_allowed; decided once per epoch
-        # Something implements on_train_batch_start / on_train_batch_end; decided once per epoch.
-        self.batch_start_hooks = self.batch_end_hooks = True
         self._val_time_agreed = False  # multi-process: the ranks' common answer to `_val_interval_passed`
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
@@ -270,10 +267,6 @@ class FitLoop:
         # Read after the epoch-start hooks, which may change them (e.g. set gradient_clip_val).
         self.multi_process = trainer.world_size > 1
         self.automatic = module_of(trainer).automatic_optimization
-        self.direct_steps = self._direct_step_allowed()
-        self.batch_start_hooks = not trainer._hooks.all_default(("on_train_batch_start",))
-        self.batch_end_hooks = not trainer._hooks.all_default(("on_train_batch_end",))
-        self._transfer = data.transfer_for(trainer)
         start = self.batch_progress.current.completed
         if self.fetches_itself:  # the loader's position is what the step fetched, not how often it ran
             start = self.fetched_in_epoch if continues else 0
@@ -300,18 +293,21 @@ class FitLoop:
 
     def _run_batches(self, batches: Iterator[tuple[int, Any, bool]]) -> Iterator[None]:
         """Each batch up to `on_train_batch_end`, then the table's `val_check` poll (the epoch pauses while the
-        machine validates), then the loop's end-of-batch rules. One loop with the epoch's choices read into
-        locals: for a small model these lines are the trainer's whole per-batch cost."""
+        machine validates), then the loop's end-of-batch rules. One loop with the epoch's choices (made after the
+        epoch-start hooks, which may change them) read into locals: for a small model these lines are the trainer's
+        whole per-batch cost."""
         trainer = self.trainer
-        metrics, transfer, progress = trainer._metrics, self._transfer, self.batch_progress
+        hooks, optimization = trainer._hooks, trainer._optimization
+        metrics, progress = trainer._metrics, self.batch_progress
         poll_val_check = trainer._flow.poller("val_check")
-        optimization = trainer._optimization
-        automatic, start_hooks, end_hooks = self.automatic, self.batch_start_hooks, self.batch_end_hooks
-        multi_process = self.multi_process
+        transfer = data.transfer_for(trainer)
+        automatic, multi_process = self.automatic, self.multi_process
+        start_hooks = not hooks.all_default(("on_train_batch_start",))
+        end_hooks = not hooks.all_default(("on_train_batch_end",))
         # The direct step (see _direct_step_allowed) and what it reads, bound once: it runs for every batch.
-        direct_optimizer = optimization.optimizers[0] if self.direct_steps else None
+        direct_optimizer = optimization.optimizers[0] if self._direct_step_allowed() else None
         k = trainer.accumulate_grad_batches
-        module_hook, check_loss = trainer._hooks.module, optimization.check_loss
+        module_hook, check_loss = hooks.module, optimization.check_loss
         zero_grad_progress = self.zero_grad_progress
         for batch_idx, batch, is_last in batches:
             self.batch_idx = batch_idx
@@ -362,13 +358,15 @@ class FitLoop:
     ) -> Iterator[None]:
         """`_run_batches` for a `training_step` that takes `dataloader_iter` and fetches its own batches."""
         trainer = self.trainer
+        poll_val_check = trainer._flow.poller("val_check")
         for step_idx, fetcher, is_last in steps:
             if not run_step(step_idx, fetcher, is_last):
                 break
             if self.multi_process:
                 self._agree_across_ranks()
-            if trainer._flow.poll("val_check"):
+            if poll_val_check():
                 yield None
+                poll_val_check = trainer._flow.poller("val_check")  # for the state the machine resumed the epoch in
             if self._batch_done():
                 break
 

@@ -5,9 +5,8 @@ trigger and helper methods. Bookkeeping uses `transitions`' own machinery: the h
 travels in its `EventData` (as a trigger keyword), `before_state_change` marks the edge taken, and
 `finalize_event`, which runs after every event (also failed ones), closes the record.
 
-Per batch, no trigger runs: `Flow.poll` (or the function `Flow.poller` builds for a state) evaluates the table's
-candidates for an event in the current state (guards counted for coverage, True and False) and fires only when one
-passes.
+Per batch, no trigger runs: the poll `Flow.poller` builds for a state evaluates the table's candidates for an event
+there (guards counted for coverage, True and False) and fires only when one passes.
 """
 
 from __future__ import annotations
@@ -161,13 +160,10 @@ class Flow:
         tally[value] += 1
         return value, result if isinstance(result, str) else None
 
-    def poll(self, trigger: str) -> bool:
-        """Evaluate the table's candidates for `trigger` here; fire the first that passes. Cheap when none does."""
-        return self.poller(trigger)()
-
     def poller(self, trigger: str) -> Callable[[], bool]:
-        """`poll(trigger)` for the current state, as a function built once per (trigger, state). A loop that polls
-        every batch from one state asks for it before its batches: per batch, the poll is then one call."""
+        """The poll of `trigger` in the current state, a function built once per (trigger, state): each call
+        evaluates the table's candidates for `trigger` there and fires the first that passes (cheap when none
+        does). A loop that polls every batch from one state asks for it before its batches."""
         key = (trigger, self.machine_state)
         poller = self._pollers.get(key)
         if poller is None:
@@ -177,21 +173,16 @@ class Flow:
     def _build_poller(self, trigger: str, candidates: list[tuple[str | None, bool]]) -> Callable[[], bool]:
         if len(candidates) != 1 or candidates[0][0] is None:
             return partial(self._poll_candidates, trigger, candidates)
-        # One guarded candidate (the per-batch `val_check`): `evaluate` written inline, as it runs every batch.
+        # One guarded candidate (the per-batch `val_check`): no loop, no dict unless it fires.
         [(name, negated)] = candidates
         assert name is not None
-        predicate, all_ranks, tally = self._guards[name]
-        trainer = self.trainer
+        evaluate = self.evaluate
 
         def poll_one_guard() -> bool:
-            result = predicate(trainer)
-            value = bool(result)
-            if all_ranks is not None and self._multi_process:
-                value = trainer.strategy.reduce_boolean_decision(value, all=all_ranks)
-            tally[value] += 1
-            if value == negated:
+            outcome = evaluate(name)
+            if outcome[0] == negated:
                 return False
-            self.fire(trigger, decided={name: (value, result if isinstance(result, str) else None)})
+            self.fire(trigger, decided={name: outcome})
             return True
 
         return poll_one_guard

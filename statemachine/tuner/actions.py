@@ -37,7 +37,7 @@ _RUN_OPTIONS = ("verbose", "return_predictions")
 _PROGRESS = ("validate_progress", "test_progress", "predict_progress")
 # The fit loop's own attributes that are not state (the trainer, its views, the running epoch, the loader, the
 # epoch's batch transfer).
-_NOT_LOOP_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader", "_transfer"})
+_NOT_LOOP_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
 
 
 @dataclass
