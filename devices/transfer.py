@@ -62,28 +62,44 @@ def _move(data: Any, device: torch.device, non_blocking: bool) -> Any:
     return _walk(data, lambda tensor: tensor.to(device, non_blocking=non_blocking), lambda obj: obj.to(device))
 
 
-def _walk(data: Any, on_tensor: Callable[[Tensor], Any], on_movable: Callable[[Any], Any] | None) -> Any:
-    """Apply `on_tensor` to every tensor in `data`, and `on_movable` (when given) to objects with a `.to`."""
-    if isinstance(data, Tensor):
+def map_leaves(data: Any, leaf_types: tuple[type, ...], function: Callable[[Any], Any]) -> Any:
+    """`data` with `function` applied to every instance of `leaf_types` in it, its containers rebuilt as
+    `move_to_device` rebuilds a batch's (lists, tuples, namedtuples, mappings, defaultdicts, dataclasses)."""
+    return _walk(data, function, None, leaf_types)
+
+
+def _walk(
+    data: Any,
+    on_tensor: Callable[[Any], Any],
+    on_movable: Callable[[Any], Any] | None,
+    leaf_types: tuple[type, ...] = (Tensor,),
+) -> Any:
+    """Apply `on_tensor` to every tensor (every `leaf_types` instance) in `data`, and `on_movable` (when given) to
+    objects with a `.to`."""
+    if isinstance(data, leaf_types):
         return on_tensor(data)
     if isinstance(data, (str, bytes)):
         return data  # sequences of themselves: recursing would never end
     if on_movable is not None and not isinstance(data, type) and callable(getattr(data, "to", None)):
         return on_movable(data)
+
+    def walk(item: Any) -> Any:
+        return _walk(item, on_tensor, on_movable, leaf_types)
+
     if isinstance(data, Mapping):
-        items = [(key, _walk(value, on_tensor, on_movable)) for key, value in data.items()]
+        items = [(key, walk(value)) for key, value in data.items()]
         if isinstance(data, defaultdict):
             return type(data)(data.default_factory, items)
         return _rebuild(data, items)
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return _rebuild(data, [_walk(item, on_tensor, on_movable) for item in data], unpack=True)
+        return _rebuild(data, [walk(item) for item in data], unpack=True)
     if isinstance(data, (list, tuple)):
-        return _rebuild(data, [_walk(item, on_tensor, on_movable) for item in data])
+        return _rebuild(data, [walk(item) for item in data])
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         walked = copy.copy(data)
         for field in dataclasses.fields(data):
             # object.__setattr__ also works for frozen dataclasses; the copy is ours to change.
-            object.__setattr__(walked, field.name, _walk(getattr(data, field.name), on_tensor, on_movable))
+            object.__setattr__(walked, field.name, walk(getattr(data, field.name)))
         return walked
     return data
 

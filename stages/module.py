@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from devices.transfer import move_to_device
+from devices.transfer import map_leaves, move_to_device
 from stages import saving
 from stages.class_only import class_only
 from stages.device_dtype import DeviceDtypeModuleMixin
@@ -179,21 +179,17 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
             )
 
     def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
-        """Every rank's `data` (tensors and numbers, nested in dicts, lists and tuples), each tensor stacked
+        """Every rank's `data` (tensors and numbers, nested in any container a batch may be), each tensor stacked
         along a new first dimension indexed by rank; with one process the data comes back as tensors unchanged."""
         strategy = self.trainer.strategy
 
-        def gather(item: Any) -> Any:
-            if isinstance(item, Mapping):
-                return cast(Any, type(item))({key: gather(value) for key, value in item.items()})
-            if isinstance(item, list | tuple):
-                return type(item)(gather(value) for value in item)
-            if isinstance(item, Tensor | int | float) and not isinstance(item, bool):
-                tensor = item if isinstance(item, Tensor) else torch.tensor(item, device=self.device)
-                return strategy.all_gather(tensor, group=group, sync_grads=sync_grads)
-            return item
+        def gather(item: Tensor | int | float) -> Any:
+            if isinstance(item, bool):
+                return item
+            tensor = item if isinstance(item, Tensor) else torch.tensor(item, device=self.device)
+            return strategy.all_gather(tensor, group=group, sync_grads=sync_grads)
 
-        return gather(data)
+        return map_leaves(data, (Tensor, int, float), gather)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         if self._trainer is None or self._trainer.is_global_zero:

@@ -12,6 +12,7 @@ from typing import Any
 import fsspec
 import pytest
 import torch
+from conftest import TinyModel, make_loader, quiet_trainer
 from torch import nn
 
 import devices
@@ -560,3 +561,21 @@ def test_devices_does_not_import_upper_layers() -> None:
         text = source.read_text()
         assert "import statemachine" not in text and "from statemachine" not in text, source
         assert "import stages" not in text and "from stages" not in text, source
+
+
+def test_all_gather_keeps_every_container_a_batch_may_be(tmp_path: Path) -> None:
+    """One process: tensors come back as they are, numbers as tensors, in the same containers (namedtuples and
+    defaultdicts included, as a batch's transfer keeps them)."""
+
+    class Gathering(TinyModel):
+        def on_train_start(self) -> None:
+            counts: defaultdict[str, list[Any]] = defaultdict(list, {"n": [2]})
+            self.gathered = self.all_gather({"pair": Pair(torch.ones(2), 3), "counts": counts, "flag": True})
+
+    model = Gathering()
+    quiet_trainer(tmp_path, limit_train_batches=1).fit(model, make_loader())
+    gathered = model.gathered
+    assert type(gathered["pair"]) is Pair and torch.equal(gathered["pair"].x, torch.ones(2))
+    assert torch.equal(gathered["pair"].y, torch.tensor(3))
+    assert type(gathered["counts"]) is defaultdict and gathered["counts"].default_factory is list
+    assert torch.equal(gathered["counts"]["n"][0], torch.tensor(2)) and gathered["flag"] is True
