@@ -11,14 +11,14 @@ import logging
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("statemachine")
 ReturnT = TypeVar("ReturnT")
 
 # Checked in this order: torchrun/our launcher set RANK; SLURM sets SLURM_PROCID; LOCAL_RANK alone (rank within a node)
-# is the last resort for a launcher that sets nothing else.
-_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+# is the last resort for a launcher that sets nothing else but IBM's jsrun, which sets JSM_NAMESPACE_RANK.
+_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "JSM_NAMESPACE_RANK")
 
 
 def _rank_from_environment() -> int:
@@ -30,37 +30,47 @@ def _rank_from_environment() -> int:
 
 
 class _RankZeroOnly:
-    """Decorator: the wrapped function runs on global rank 0 and returns None elsewhere."""
+    """Decorator: the wrapped function runs on global rank 0 and returns `default` (None unless given)
+    elsewhere; `.rank` is settable."""
 
     def __init__(self) -> None:
         self.rank = _rank_from_environment()
 
-    def __call__(self, fn: Callable[..., ReturnT]) -> Callable[..., ReturnT | None]:
+    @overload
+    def __call__(self, fn: Callable[..., ReturnT]) -> Callable[..., ReturnT | None]: ...
+
+    @overload
+    def __call__(self, fn: Callable[..., ReturnT], default: ReturnT) -> Callable[..., ReturnT]: ...
+
+    def __call__(self, fn: Callable[..., ReturnT], default: Any = None) -> Callable[..., Any]:
         @functools.wraps(fn)
-        def wrapped(*args: Any, **kwargs: Any) -> ReturnT | None:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             if self.rank == 0:
                 return fn(*args, **kwargs)
-            return None
+            return default
 
         return wrapped
 
 
 rank_zero_only = _RankZeroOnly()
 
+# The stack levels are Lightning's numbers (4: the function that called the helper), whose helpers sit one frame
+# deeper than these: each passes one less to logging or warnings.
+
 
 @rank_zero_only
 def rank_zero_info(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
-    _log.info(*args, stacklevel=stacklevel, **kwargs)
+    _log.info(*args, stacklevel=stacklevel - 1, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_debug(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
-    _log.debug(*args, stacklevel=stacklevel, **kwargs)
+    _log.debug(*args, stacklevel=stacklevel - 1, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -> None:
-    warnings.warn(message, stacklevel=stacklevel, **kwargs)
+    warnings.warn(message, stacklevel=stacklevel - 1, **kwargs)
 
 
 def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:

@@ -5,6 +5,7 @@ documented behaviour."""
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import pickle
 import threading
@@ -431,14 +432,34 @@ def test_rank_zero_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
         return value
 
     assert record(1) == 1
-    with pytest.warns(UserWarning, match="careful"):
+    with pytest.warns(UserWarning, match="careful") as caught:
         rank_zero_warn("careful")
+    assert caught[0].filename == __file__  # Lightning's default stack level: the line that called it
     monkeypatch.setattr(rank_zero_only, "rank", 1)
     assert record(2) is None
+    assert rank_zero_only(record, default=-1)(3) == -1  # Lightning's `default` for the other ranks
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rank_zero_warn("not on rank 1")
     assert calls == [1]
+
+
+def test_rank_zero_info_logs_to_the_statemachine_logger_at_the_callers_line(caplog: pytest.LogCaptureFixture) -> None:
+    from statemachine.utilities import rank_zero_info
+
+    with caplog.at_level(logging.INFO, logger="statemachine"):
+        rank_zero_info("ready")
+    [record] = [r for r in caplog.records if r.getMessage() == "ready"]
+    assert (record.name, record.pathname) == ("statemachine", __file__)
+
+
+def test_the_rank_comes_from_jsruns_variable_when_no_other_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stages.rank_zero import _rank_from_environment
+
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JSM_NAMESPACE_RANK", "3")
+    assert _rank_from_environment() == 3
 
 
 def test_rank_zero_experiment_gives_other_ranks_a_do_nothing_experiment(monkeypatch: pytest.MonkeyPatch) -> None:
