@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sized
+from typing import Any, cast
 
 from torch.utils.data import (
     BatchSampler,
@@ -22,15 +22,20 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from stages.combined_loader import CombinedLoader
+
 
 def distribute(loaders: Any, kind: str, world_size: int, rank: int, shuffle: bool = True) -> Any:
-    """`loaders` (one, or a list/tuple/dict of them) with a distributed sampler on each DataLoader; a training
-    loader that shuffled keeps shuffling unless `shuffle` is False."""
+    """`loaders` (one, a list/tuple/dict of them, or a CombinedLoader) with a distributed sampler on each
+    DataLoader; a training loader that shuffled keeps shuffling unless `shuffle` is False."""
     if isinstance(loaders, Mapping):
         rebuilt = {key: distribute(value, kind, world_size, rank, shuffle) for key, value in loaders.items()}
         return type(loaders)(rebuilt) if isinstance(loaders, dict) else rebuilt
     if isinstance(loaders, list | tuple):
         return type(loaders)(distribute(value, kind, world_size, rank, shuffle) for value in loaders)
+    if isinstance(loaders, CombinedLoader):
+        loaders.flattened = [distribute(member, kind, world_size, rank, shuffle) for member in loaders.flattened]
+        return loaders
     if not isinstance(loaders, DataLoader) or isinstance(loaders.dataset, IterableDataset):
         return loaders
     sampler = loaders.sampler
@@ -44,12 +49,13 @@ def distribute(loaders: Any, kind: str, world_size: int, rank: int, shuffle: boo
         )
     seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
     if kind == "predict":
-        replacement: Sampler[int] = _UnrepeatedSampler(len(loaders.dataset), world_size, rank)  # type: ignore[arg-type]
+        # torch types Dataset without __len__; a map-style one has it (an IterableDataset was returned above)
+        replacement: Sampler[int] = _UnrepeatedSampler(len(cast(Sized, loaders.dataset)), world_size, rank)
     elif isinstance(sampler, RandomSampler | SequentialSampler):
         shuffles = shuffle and isinstance(sampler, RandomSampler) and kind == "train"
         replacement = DistributedSampler(loaders.dataset, world_size, rank, shuffle=shuffles, seed=seed)
     else:
-        replacement = _DistributedWrapper(sampler, world_size, rank)  # type: ignore[arg-type]
+        replacement = _DistributedWrapper(sampler, world_size, rank)
     return rebuild(loaders, replacement)
 
 
@@ -98,7 +104,7 @@ class _DistributedWrapper(Sampler[int]):
     """A user's own (non-distributed) sampler split across ranks: each epoch its order is drawn once, padded
     to a multiple of the world size by repeating from the start, and rank r takes every world-th index."""
 
-    def __init__(self, sampler: Sampler[int], world_size: int, rank: int) -> None:
+    def __init__(self, sampler: Iterable[int], world_size: int, rank: int) -> None:
         self.sampler, self.world_size, self.rank = sampler, world_size, rank
         self.epoch = 0
 
@@ -115,4 +121,4 @@ class _DistributedWrapper(Sampler[int]):
         return iter(padded[self.rank : total : self.world_size])
 
     def __len__(self) -> int:
-        return math.ceil(len(self.sampler) / self.world_size)  # type: ignore[arg-type]
+        return math.ceil(len(cast(Sized, self.sampler)) / self.world_size)  # a loader's sampler has a length

@@ -30,6 +30,7 @@ from devices.environments import find_free_port
 from devices.launchers import MultiprocessingLauncher, RankFailedError
 from devices.watchdog import PeerWatch, failure_store
 from stages import samplers
+from stages.combined_loader import CombinedLoader
 from statemachine.distributed import CHECK_RANKS_VARIABLE
 from statemachine.history import load_history
 from statemachine.history import main as history_main
@@ -237,6 +238,14 @@ def test_the_launcher_records_a_killed_rank_where_every_ranks_watch_reads_it() -
 
 
 # ---- samplers (no processes needed) -------------------------------------------------------------------------
+
+
+def test_a_users_combined_loader_is_split_across_ranks_member_by_member() -> None:
+    combined = CombinedLoader({"a": loader(4), "b": loader(2)}, mode="max_size_cycle")
+    split = samplers.distribute(combined, "train", 2, 1)
+    assert split is combined
+    members = split.flattened
+    assert all(isinstance(m.sampler, DistributedSampler) and m.sampler.rank == 1 for m in members)
 
 
 def test_distributed_samplers_keep_shuffle_split_predict_without_repeats_and_leave_users_own() -> None:
