@@ -109,8 +109,7 @@ def run_scale_batch_size(trainer: Trainer) -> str:
 
 
 def save_tuning_state(trainer: Trainer) -> str:
-    run = trainer._run
-    assert run is not None
+    run = trainer._live_run()
     finder = _first_request(trainer) if run.fn == TrainerFn.FITTING else _batch_size_finder(trainer)
     assert finder is not None, "the guard into a tuning state found a finder"
     finder._requested_run = None

@@ -100,8 +100,10 @@ class LearningRateFinder(_Finder):
 
     def after_restore(self, trainer: Trainer) -> None:
         """The optimizer was built before the sweep: fit goes on with the suggested rate."""
-        suggested = None if self.optimal_lr is None else self.optimal_lr.suggestion()
-        if self.update_attr and suggested is not None:
+        if not self.update_attr or self.optimal_lr is None:
+            return
+        suggested = self.optimal_lr.suggestion()  # None (and logged why) when the sweep found too few points
+        if suggested is not None:
             for optimizer in trainer.optimizers:
                 for group in optimizer.param_groups:
                     group["lr"] = suggested

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +21,6 @@ from stages.exceptions import MisconfigurationException, PossibleUserWarning, Tr
 from stages.loggers import DummyLogger
 from stages.optimization import LRSchedulerConfig
 from stages.prediction import run_predict
-from statemachine.enums import TrainerFn
 from statemachine.guards import fit_done
 from statemachine.tuner.attributes import lightning_hasattr, lightning_setattr
 from statemachine.tuner.lr_finder import LossRecorder, LRFinder, SweepLR
@@ -150,10 +149,11 @@ def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
     if skipped_for_fast_dev_run(trainer, "batch size finder"):
         return None
     model = trainer.lightning_module
-    run = trainer._run
-    assert run is not None
+    run = trainer._live_run()
     name = finder.batch_arg_name
-    kind = _KINDS[run.fn]
+    stage = trainer.state.stage
+    assert stage is not None, "a tuning state runs as a stage"
+    kind = stage.dataloader_prefix  # train, val, test or predict: the loaders a trial reads
     if run.loaders.get(kind) is not None:
         raise MisconfigurationException(
             "The batch size finder cannot be used with dataloaders passed directly to the trainer: it rebuilds the "
@@ -179,7 +179,7 @@ def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
         return None
 
     search = _power if finder.mode == "power" else _binsearch
-    found, error = search(trial, lambda size: _capped(trainer, size), finder.init_val, finder.max_trials)
+    found, error = search(trial, lambda size: _capped(trainer, kind, size), finder.init_val, finder.max_trials)
     if found is None:
         assert error is not None
         error.add_note(f"the batch size finder found no batch size that fits (tried {tried})")
@@ -226,12 +226,6 @@ def _binsearch(trial: Trial, cap: Callable[[int], int], size: int, max_trials: i
     return (low or None), error
 
 
-_KINDS = {
-    TrainerFn.FITTING: "train",
-    TrainerFn.VALIDATING: "val",
-    TrainerFn.TESTING: "test",
-    TrainerFn.PREDICTING: "predict",
-}
 _STAGES = {"val": run_validate, "test": run_test, "predict": run_predict}
 
 
@@ -247,8 +241,7 @@ def _trial_runner(trainer: Trainer, kind: str, steps: int) -> Callable[[], None]
 
         return train
     setattr(trainer, f"limit_{kind}_batches", steps)
-    run = trainer._run
-    assert run is not None
+    run = trainer._live_run()
     run.verbose = run.return_predictions = False
     handler = _STAGES[kind]
 
@@ -264,13 +257,8 @@ def _loaders(trainer: Trainer, kind: str) -> Any:
     return trainer.train_dataloader if kind == "train" else getattr(trainer, f"{kind}_dataloaders")
 
 
-def _capped(trainer: Trainer, size: int) -> int:
-    """A batch larger than the dataset cannot grow any more."""
-    run = trainer._run
-    assert run is not None
-    loaders = data.as_list(_loaders(trainer, _KINDS[run.fn]))
+def _capped(trainer: Trainer, kind: str, size: int) -> int:
+    """A batch larger than the dataset cannot grow any more (a dataset without a length does not cap it)."""
+    loaders = data.as_list(_loaders(trainer, kind))
     dataset = getattr(loaders[0], "dataset", None) if loaders else None
-    try:
-        return min(size, len(dataset))  # type: ignore[arg-type]
-    except TypeError:
-        return size
+    return min(size, len(dataset)) if isinstance(dataset, Sized) else size
