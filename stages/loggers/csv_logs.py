@@ -23,6 +23,7 @@ from stages.loggers.logger import (
     check_prefix,
     hparams_as_mapping,
     metrics_to_floats,
+    rank_zero_experiment,
 )
 from stages.rank_zero import rank_zero_only
 from stages.saving import hparams_yaml
@@ -57,9 +58,8 @@ class CSVLogger(FileLogger):
         self._experiment: CSVWriter | None = None
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> CSVWriter | NoExperiment:
-        if rank_zero_only.rank != 0:
-            return NoExperiment()  # only global rank 0 writes
         if self._experiment is None:
             self._experiment = CSVWriter(self.log_dir)
         return self._experiment
@@ -104,7 +104,6 @@ class CSVWriter:
             )
         os.makedirs(log_dir, exist_ok=True)
 
-    @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._pending.append({"step": step, **metrics})
         self.rows_logged += 1
@@ -114,7 +113,6 @@ class CSVWriter:
         text = hparams_yaml(self.hparams)
         _atomic_write(self.hparams_file, lambda out: out.write(text))
 
-    @rank_zero_only
     def save(self) -> None:
         if not self._pending:
             return

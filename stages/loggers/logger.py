@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import numbers
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
+from stages.rank_zero import rank_zero_only
 
 FINALIZE_STATUSES = ("success", "failed", "finished")
 
@@ -223,6 +226,19 @@ class NoExperiment:
 
     def __call__(self, *args: Any, **kwargs: Any) -> NoExperiment:
         return self
+
+
+def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Decorates a logger's `experiment` property body: rank zero creates the backend object, every other rank
+    gets an experiment whose methods accept any call and do nothing."""
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> Any:
+        if rank_zero_only.rank != 0:
+            return NoExperiment()
+        return fn(self)
+
+    return experiment
 
 
 class DummyLogger(Logger):

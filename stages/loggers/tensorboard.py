@@ -22,6 +22,7 @@ from stages.loggers.logger import (
     flatten_hparams,
     hparams_as_mapping,
     metrics_to_floats,
+    rank_zero_experiment,
 )
 from stages.module import tracing
 from stages.rank_zero import rank_zero_only
@@ -72,9 +73,8 @@ class TensorBoardLogger(FileLogger):
         return self._sub_dir
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> SummaryWriter | NoExperiment:
-        if rank_zero_only.rank != 0:
-            return NoExperiment()  # only global rank 0 writes
         if self._experiment is None:
             from stages.loggers.event_file import SynchronousSummaryWriter
 
