@@ -38,6 +38,7 @@ def connect(
     precision: Any = None,
     num_nodes: int = 1,
     plugins: Any = None,
+    sync_batchnorm: bool = False,
 ) -> Strategy:
     """Validate every flag, then build the strategy.
 
@@ -61,6 +62,8 @@ def connect(
             f"strategy='single_device' runs one process, but devices={devices!r} with num_nodes={num_nodes!r} asks "
             "for several; use strategy='ddp' (or 'ddp_spawn') or devices=1"
         )
+    if sync_batchnorm and ddp is None and not multi and not problems:
+        problems.append("sync_batchnorm=True needs a multi-process strategy such as strategy='ddp'")
     if problems:
         raise ValueError(problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems))
     assert chosen is not None and device_indices is not None and isinstance(plugin, Precision)
@@ -73,6 +76,7 @@ def connect(
     if ddp.cluster_environment is None:
         ddp.cluster_environment = environment
     ddp.num_nodes = num_nodes
+    ddp.sync_batchnorm = sync_batchnorm
     ddp.finish_setup(chosen, [chosen.device_for(index) for index in device_indices], plugin)
     return ddp
 

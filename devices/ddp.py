@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from devices.accelerators import Accelerator
-from devices.environments import ClusterEnvironment, LightningEnvironment, detect
+from devices.environments import ClusterEnvironment, LightningEnvironment
 from devices.precision import Precision
 from devices.strategy import ModuleT, Strategy, _check_reduce_op
 from devices.watchdog import PeerFailedError, PeerWatch, failure_store
@@ -56,15 +56,25 @@ class DDPStrategy(Strategy):
             raise ValueError(f"start_method={start_method!r} is not valid; use one of {list(_START_METHODS)}")
         if timeout is not None and not isinstance(timeout, timedelta):
             raise ValueError(f"timeout={timeout!r} must be a datetime.timedelta")
-        super().__init__(accelerator, precision)  # type: ignore[arg-type]  # the connector fills in what is None
-        self.parallel_devices = parallel_devices
+        for name, value in (
+            ("accelerator", accelerator),
+            ("parallel_devices", parallel_devices),
+            ("precision", precision),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"DDPStrategy({name}=...) is not supported: the Trainer's accelerator=, devices= and precision= "
+                    "flags set them"
+                )
+        # Placeholders: the connector's finish_setup sets both once the Trainer's flags are resolved.
+        super().__init__(None, None)  # type: ignore[arg-type]
+        self.parallel_devices: list[torch.device] | None = None
         self.cluster_environment = cluster_environment
         self.process_group_backend = process_group_backend
         self.timeout = timeout
         self.start_method = start_method
         self.num_nodes = num_nodes
         self.ddp_kwargs = ddp_kwargs
-        self.launcher: Any = None
         self.model: DistributedDataParallel | None = None
         self.watch: PeerWatch | None = None
         self._local_rank: int | None = None
@@ -78,10 +88,9 @@ class DDPStrategy(Strategy):
         self.accelerator = accelerator
         self.parallel_devices = devices
         self.precision = precision
-        if self.cluster_environment is None:
-            self.cluster_environment = detect()
+        assert self.cluster_environment is not None, "connect() gives the strategy its cluster environment first"
         if isinstance(self.cluster_environment, LightningEnvironment):
-            self.cluster_environment.set_world_size(self.num_processes * self.num_nodes)
+            self.cluster_environment.set_world_size(self.world_size)
         from devices import launchers
 
         if not self.cluster_environment.creates_processes_externally:

@@ -834,14 +834,10 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
             precision=arguments["precision"],
             num_nodes=arguments["num_nodes"],
             plugins=arguments["plugins"],
+            sync_batchnorm=arguments["sync_batchnorm"],
         )
     except ValueError as error:
         problems += [f"  {line.strip()}" for line in str(error).splitlines() if line.strip()]
-    if arguments["sync_batchnorm"] and strategy is not None:
-        if not isinstance(strategy, devices.DDPStrategy):
-            problems.append("  sync_batchnorm=True needs a multi-process strategy such as strategy='ddp'")
-        else:
-            strategy.sync_batchnorm = True
     if problems or config is None or strategy is None:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy

@@ -482,6 +482,13 @@ def test_several_cpu_processes_default_to_ddp_and_a_strategy_instance_keeps_its_
     assert strategy is given and strategy.timeout == timedelta(seconds=42) and strategy.world_size == 3
 
 
+@pytest.mark.parametrize("name", ["accelerator", "parallel_devices", "precision"])
+def test_ddp_strategy_refuses_what_the_trainers_flags_set(name: str) -> None:
+    # connect() sets them from accelerator=, devices= and precision=: a value given here would be dropped
+    with pytest.raises(ValueError, match=rf"DDPStrategy\({name}=\.\.\.\) is not supported"):
+        DDPStrategy(**{name: object()})
+
+
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
