@@ -237,6 +237,14 @@ def test_the_launcher_records_a_killed_rank_where_every_ranks_watch_reads_it() -
         watch.stop()
 
 
+@pytest.mark.parametrize("entry", ["fit", "validate"])
+def test_a_batch_size_search_is_refused_in_a_multi_process_run(tmp_path: Path, entry: str) -> None:
+    # at fit start (the finder's request) and on validate's entry edge alike: every edge into a search refuses it
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, callbacks=[L.BatchSizeFinder()])
+    with pytest.raises(RankFailedError, match="BatchSizeFinder is not supported in multi-process runs"):
+        getattr(trainer, entry)(RankModel(), loader(4))
+
+
 # ---- samplers (no processes needed) -------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 import torch
 
 from stages import rng
+from stages.exceptions import MisconfigurationException
 from statemachine import checkpoint
 from statemachine.enums import TrainerFn
 from statemachine.tuner.callbacks import BatchSizeFinder, LearningRateFinder, _Finder
@@ -112,6 +113,10 @@ def save_tuning_state(trainer: Trainer) -> str:
     run = trainer._live_run()
     finder = _first_request(trainer) if run.fn == TrainerFn.FITTING else _batch_size_finder(trainer)
     assert finder is not None, "the guard into a tuning state found a finder"
+    if trainer.world_size > 1:  # every edge into a search passes here
+        raise MisconfigurationException(
+            f"{type(finder).__name__} is not supported in multi-process runs; tune on a single device"
+        )
     finder._requested_run = None
     buffer = io.BytesIO()
     torch.save(checkpoint.dump(trainer, weights_only=False), buffer)

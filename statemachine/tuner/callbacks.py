@@ -42,10 +42,6 @@ class _Finder(Callback):
                 f"{type(self).__name__}.{self._search} runs at fit start (from on_fit_start); searching from state "
                 f"{where!r} is not supported yet"
             )
-        if trainer.world_size > 1:
-            raise MisconfigurationException(
-                f"{type(self).__name__} is not supported in multi-process runs; tune on a single device"
-            )
         self._requested_run = trainer._run
 
     def requested_in(self, trainer: Trainer) -> bool:
