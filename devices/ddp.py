@@ -203,8 +203,10 @@ class DDPStrategy(Strategy):
         if self.watch is not None:
             self.watch.armed = False
 
-    def first_failure(self) -> tuple[int, str] | None:
-        return None if self.watch is None else self.watch.read()
+    def peer_failure(self) -> tuple[int, str] | None:
+        """The run's first failure when another rank had it: this rank only stopped because of it."""
+        failure = None if self.watch is None else self.watch.read()
+        return failure if failure is not None and failure[0] != self.global_rank else None
 
     # ---- the module -------------------------------------------------------------------------------------
 
@@ -283,9 +285,9 @@ class DDPStrategy(Strategy):
         try:
             return call()
         except RuntimeError as error:
-            failure = self.first_failure()
-            if failure is not None and failure[0] != self.global_rank:
-                raise PeerFailedError(f"rank {failure[0]} failed first: {failure[1]}", rank=failure[0]) from error
+            failure = self.peer_failure()
+            if failure is not None:
+                raise PeerFailedError.of(failure) from error
             raise
 
     # ---- failure ----------------------------------------------------------------------------------------
@@ -298,19 +300,13 @@ class DDPStrategy(Strategy):
             return
         self._broken = True
         if self.watch is not None and not isinstance(exception, PeerFailedError):
-            self._report_dead_children()
+            # A collective fails here the moment a child rank dies; its death, not this error, came first.
+            self.watch.report_dead_children()
             if _lost_a_peer(exception):
                 # The peer that vanished (or the launcher that saw it die) reports it; give it a moment first.
                 self.watch.wait_for_report(_PEER_REPORT_SECONDS)
             self.watch.report(self.global_rank, exception)
         _destroy_group()
-
-    def _report_dead_children(self) -> None:
-        # A collective fails here the moment a child rank dies; its death, not this error, came first.
-        children = getattr(self.launcher, "dead_children", None)
-        if children is not None and self.watch is not None:
-            for rank, reason in children():
-                self.watch.report(rank, reason)
 
     def on_exception(self, exception: BaseException) -> None:
         """Everything was released by `on_failure`, which runs first on the interrupt path."""

@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from devices.environments import LAUNCHED_MARKER, LOOPBACK, find_free_port
-from devices.watchdog import failure_store, read_failure, report_failure
+from devices.watchdog import describe_failure, failure_store, read_failure, report_failure
 
 if TYPE_CHECKING:
     from devices.ddp import DDPStrategy
@@ -46,7 +46,7 @@ class RankFailedError(RuntimeError):
     """A launched rank failed; the message names the rank that failed first and its original error."""
 
     def __init__(self, rank: int, message: str) -> None:
-        super().__init__(f"rank {rank} failed first: {message}")
+        super().__init__(describe_failure(rank, message))
         self.rank = rank
 
 

@@ -28,12 +28,21 @@ _POLL_SECONDS = 0.1
 _BLOCKING_FILES = ("distributed_c10d.py", "autograd/__init__.py", "autograd/graph.py", "_tensor.py")
 
 
+def describe_failure(rank: int, message: str) -> str:
+    return f"rank {rank} failed first: {message}"
+
+
 class PeerFailedError(RuntimeError):
-    """Another rank failed first; this rank stopped because of it. The message names that rank and its error."""
+    """Another rank failed first; this rank stopped because of it. The message names that rank and its error.
+    Without arguments (as the watch raises it asynchronously) it describes the failure the active watch read."""
 
     def __init__(self, message: str = "", rank: int | None = None) -> None:
         super().__init__(message or PeerWatch.describe_active())
         self.rank = PeerWatch.active_failure_rank() if rank is None else rank
+
+    @classmethod
+    def of(cls, failure: tuple[int, str]) -> PeerFailedError:
+        return cls(describe_failure(*failure), rank=failure[0])
 
 
 def format_failure(rank: int, error: BaseException | str) -> str:
@@ -90,8 +99,7 @@ class PeerWatch:
         watch = cls._active
         if watch is None or watch.failure is None:
             return "a peer rank failed"
-        rank, message = watch.failure
-        return f"rank {rank} failed first: {message}"
+        return describe_failure(*watch.failure)
 
     @classmethod
     def active_failure_rank(cls) -> int | None:
@@ -117,6 +125,13 @@ class PeerWatch:
             self.failure = (0, f"the rendezvous store is unreachable ({type(error).__name__}: {error})")
         return self.failure
 
+    def report_dead_children(self) -> None:
+        """A child rank this process launched that died (killed, so it could not report itself) is the first
+        failure, unless one is recorded already."""
+        if self.dead_children is not None:
+            for rank, reason in self.dead_children():
+                self.report(rank, reason)
+
     def wait_for_report(self, seconds: float) -> None:
         """Wait up to `seconds` for any rank's failure report to appear."""
         deadline = time.monotonic() + seconds
@@ -133,10 +148,8 @@ class PeerWatch:
 
     def _loop(self) -> None:
         while not self._stop.wait(_POLL_SECONDS):
-            if self.dead_children is not None and self.failure is None:
-                for rank, reason in self.dead_children():
-                    self.report(rank, reason)
-                    break
+            if self.failure is None:
+                self.report_dead_children()
             failure = self.read()
             if failure is None or failure[0] == self.rank:
                 continue

@@ -97,10 +97,10 @@ def _drive(trainer: Trainer, trigger: str) -> None:
     try:
         trainer._drive(trigger)
     except BaseException as error:
-        failure = strategy.first_failure()
-        if failure is not None and failure[0] != strategy.global_rank and not isinstance(error, PeerFailedError):
+        failure = strategy.peer_failure()
+        if failure is not None and not isinstance(error, PeerFailedError):
             # This rank only stopped because another failed first: say which, and what went wrong there.
-            raise PeerFailedError(f"rank {failure[0]} failed first: {failure[1]}", rank=failure[0]) from error
+            raise PeerFailedError.of(failure) from error
         raise
     finally:
         strategy.disarm()
