@@ -138,7 +138,7 @@ class FitValidation:
 
     def current_loaders(self) -> list[Any]:
         """The loaders, requested now if not yet in this fit or if a reload is due."""
-        if self.loaders is None or self.needs_loaders:
+        if self.needs_loaders:
             self.load_loaders()
         assert self.loaders is not None
         return self.loaders

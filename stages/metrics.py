@@ -10,7 +10,8 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import torch
 from torch import Tensor
@@ -109,7 +110,7 @@ def _as_tensor(name: str, value: Any, keep_graph: bool) -> Tensor:
             value = value.detach()
         return value if value.is_floating_point() else value.float()
     if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
-        return torch.tensor(float(value))  # type: ignore[arg-type]  # a real Number: int, float, Fraction, ...
+        return torch.tensor(float(cast(SupportsFloat, value)))  # numbers.Number declares no __float__; these have it
     raise LogValueError(f"self.log({name!r}) got {type(value).__name__}; log a number or a scalar tensor")
 
 
@@ -192,7 +193,7 @@ class _Entry:
 
 def _synced_epoch_value(strategy: Any, entry: _Entry) -> Tensor | None:
     """The epoch value over every rank's batches: a mean is weighted by every rank's batch sizes."""
-    if entry.total is None or not entry.on_epoch:
+    if entry.total is None:
         return entry.epoch_value()
     if entry.reduction != "mean":
         return strategy.reduce(entry.total, entry.sync_group, entry.reduction)
@@ -367,7 +368,7 @@ class MetricsCollector:
         loggers get (`x_epoch` for a value logged on both step and epoch), which `validate`/`test` return."""
         bucket = self._buckets[bucket_name]
         strategy = self.trainer.strategy
-        callback, logged, progress = _epoch_view(bucket, lambda e: _synced_epoch_value(strategy, e) if e.sync else None)
+        callback, logged, progress = _epoch_view(bucket, partial(_synced_epoch_value, strategy))
         self._reduced_loaders = {
             entry.epoch_key: entry.dataloader_idx for entry in bucket.values() if entry.epoch_key in logged
         }

@@ -494,7 +494,8 @@ class FitLoop:
         agreed = trainer.strategy.reduce(
             torch.tensor(local, dtype=torch.float32, device=trainer.strategy.root_device), reduce_op="max"
         )
-        trainer.should_stop, trainer.received_sigterm, self._val_time_agreed = (bool(flag) for flag in agreed)
+        flags = agreed.tolist()  # one read of the device for the three flags
+        trainer.should_stop, trainer.received_sigterm, self._val_time_agreed = (bool(flag) for flag in flags)
 
     def _val_interval_passed(self) -> bool:
         interval = self.val_check_seconds

@@ -222,7 +222,7 @@ def call_on_exception_hooks(trainer: Trainer) -> None:
         failures.append((trainer.datamodule, datamodule_error))
     exits = [error for _, error in failures if not isinstance(error, Exception)]
     for owner, error in failures:
-        if error not in exits:
+        if isinstance(error, Exception):
             hook = f"{type(owner).__name__}.on_exception"
             note = f"{hook} also raised {type(error).__name__}: {error}"
             note_on_cause(exception, error, f"{hook} raised; the other hooks still ran", note)

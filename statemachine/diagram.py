@@ -221,11 +221,18 @@ def build_graph(
     return graph
 
 
+# A guard reduced across ranks: its mark on the edge, and what the legend says of it.
+_COLLECTIVE = {"any": ("∃", "any rank decides for all ranks"), "all": ("∀", "all ranks must agree")}
+
+
 def _graph_attrs(table: MachineTable, view: View, marks: _Overlay | None) -> dict[str, str]:
     what = "trainer state machine" if view.fn is None else f"trainer.{view.fn.value}()"
     title = f"{what}  (table {table.digest})"
-    legend = {"any": "∃: any rank decides for all ranks", "all": "∀: all ranks must agree"}
-    used = [legend[kind] for kind in legend if any(guard.collective == kind for guard in table.guards)]
+    used = [
+        f"{mark}: {meaning}"
+        for kind, (mark, meaning) in _COLLECTIVE.items()
+        if any(guard.collective == kind for guard in table.guards)
+    ]
     if used:
         title += "\nguard " + "; ".join(used)
     if marks is not None:
@@ -428,7 +435,7 @@ def _collective_mark(table: MachineTable, t: TransitionSpec) -> str:
     spec = table.guard_specs.get(t.guard_name or "")
     if spec is None or spec.collective is None:
         return ""
-    return " ∃" if spec.collective == "any" else " ∀"
+    return " " + _COLLECTIVE[spec.collective][0]
 
 
 def _hit_label(hits: int) -> str:

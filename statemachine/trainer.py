@@ -788,12 +788,13 @@ class Trainer:
 
     @property
     def num_nodes(self) -> int:
-        return getattr(self.strategy, "num_nodes", 1)
+        return self.strategy.num_nodes if isinstance(self.strategy, devices.DDPStrategy) else 1
 
     @property
     def device_ids(self) -> list[int]:
-        devices = getattr(self.strategy, "parallel_devices", None) or [self.strategy.root_device]
-        return [device.index or 0 for device in devices]
+        strategy = self.strategy
+        used = strategy.parallel_devices if isinstance(strategy, devices.DDPStrategy) else None
+        return [device.index or 0 for device in used or [strategy.root_device]]
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None

@@ -218,7 +218,7 @@ class ModelPruning(Callback):
             source = original
             if self._resample_parameters and callable(getattr(original, "reset_parameters", None)):
                 source = copy.deepcopy(original)
-                source.reset_parameters()  # type: ignore[operator]  # callable: checked on the original just above
+                source.reset_parameters()  # type: ignore[operator]  # typed Tensor | Module; callable: checked above
             for index, name in names:
                 module, _ = self._parameters_to_prune[index]
                 _copy_param(module, source, name)

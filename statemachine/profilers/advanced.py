@@ -63,7 +63,7 @@ class AdvancedProfiler(Profiler):
             stats = pstats.Stats(profiler, stream=stream)
             if self.dump_stats:
                 name = self._prepare_filename(action_name=_safe(action_name), extension=".prof")
-                write_atomic(self._output_path(name), marshal.dumps(stats.stats))  # type: ignore[attr-defined]  # as dump_stats
+                write_atomic(self._output_path(name), marshal.dumps(stats.stats))  # type: ignore[attr-defined]  # typeshed omits Stats.stats; dump_stats writes it
             stats.strip_dirs().sort_stats("cumulative").print_stats(self.line_count_restriction)
             reports.append(f"Profile stats for: {action_name}\n{stream.getvalue()}")
         return f"{self._title()}\n\n" + "\n".join(reports) if reports else ""
