@@ -8,6 +8,7 @@ carries on from that batch.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -62,6 +63,8 @@ _CLOSURE_ONCE = frozenset(
         torch.optim.Rprop,
     }
 )
+# FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader.
+_NOT_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
 
 
 class SIGTERMException(SystemExit):
@@ -155,6 +158,17 @@ class FitLoop:
         `val_check` edge: no poll can pause it, so the epoch runs to its end."""
         for _ in self._run_epoch(continues=False):
             raise RuntimeError("internal error: a poll paused an epoch that runs outside fitting.training")
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the loop's state (counters, flags, resume point, ...), for a caller that runs the loop
+        and then puts it back as it was (the tuner's searches)."""
+        return {name: copy.deepcopy(value) for name, value in vars(self).items() if name not in _NOT_STATE}
+
+    def restore_snapshot(self, state: dict[str, Any]) -> None:
+        """The loop as `snapshot()` found it; its training data is loaded again, with whatever the caller changed
+        (a batch size found by a search)."""
+        vars(self).update(state)
+        self._train_loader = None
 
     def teardown(self) -> None:
         """Drop the training in flight and the loaders: nothing of this run may leak into the next."""

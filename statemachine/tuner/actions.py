@@ -36,9 +36,6 @@ _LIMITS = (
 )
 _RUN_OPTIONS = ("verbose", "return_predictions")
 _PROGRESS = ("validate_progress", "test_progress", "predict_progress")
-# The fit loop's own attributes that are not state (the trainer, its views, the running epoch, the loader, the
-# epoch's batch transfer).
-_NOT_LOOP_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
 
 
 @dataclass
@@ -120,7 +117,7 @@ def save_tuning_state(trainer: Trainer) -> str:
     finder._requested_run = None
     buffer = io.BytesIO()
     torch.save(checkpoint.dump(trainer, weights_only=False), buffer)
-    loop = {k: copy.deepcopy(v) for k, v in vars(trainer.fit_loop).items() if k not in _NOT_LOOP_STATE}
+    loop = trainer.fit_loop.snapshot()
     loop.update({name: copy.deepcopy(getattr(trainer, name)) for name in _PROGRESS})
     _ACTIVE[trainer] = _Search(
         finder=finder,
@@ -149,13 +146,11 @@ def restore_tuning_state(trainer: Trainer) -> str:
     saved = torch.load(io.BytesIO(search.checkpoint), weights_only=False)
     checkpoint.restore_model_and_callbacks(trainer, saved, "the state saved before the search")
     checkpoint.restore_precision_and_optimizers(trainer, saved)
-    loop = trainer.fit_loop
     for name in _PROGRESS:
         setattr(trainer, name, search.loop.pop(name))
-    vars(loop).update(search.loop)
+    trainer.fit_loop.restore_snapshot(search.loop)
     for name, value in search.run_options.items():
         setattr(trainer._run, name, value)
-    loop._train_loader = None  # fit loads its data again, with the batch size the search may have changed
     trainer.fit_validation.teardown()
     trainer._metrics.reset_all()
     rng.restore(search.rng)
