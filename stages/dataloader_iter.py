@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -74,12 +73,9 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
 # ---- training -------------------------------------------------------------------------------------------
 
 
-def training_steps(
-    loop: FitLoop, batches: Iterator[Fetched], start: int
-) -> tuple[Iterator[tuple[int, Any, bool]], Callable]:
-    """The epoch's step calls, in the shape the epoch loop iterates (index, what the step gets, is_last), and
-    the function that runs one. `batches` start at the loader position `start`; the loop keeps the position,
-    which a mid-epoch checkpoint saves."""
+def training_steps(loop: FitLoop, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter]]:
+    """The epoch's step calls (index, the iterator the step gets), each run by `run_training_step`. `batches`
+    start at the loader position `start`; the loop keeps the position, which a mid-epoch checkpoint saves."""
     metrics = loop.trainer._metrics
     loop.fetched_in_epoch = start
 
@@ -88,21 +84,22 @@ def training_steps(
         loop.fetched_in_epoch = batch_idx + 1
 
     fetcher = DataloaderIter(iter((batches,)), on_fetch)
-    return _step_calls(fetcher, loop.batch_progress.current.completed), partial(run_training_step, loop)
+    return _step_calls(fetcher, loop.batch_progress.current.completed)
 
 
-def _step_calls(fetcher: DataloaderIter, start: int) -> Iterator[tuple[int, DataloaderIter, bool]]:
+def _step_calls(fetcher: DataloaderIter, start: int) -> Iterator[tuple[int, DataloaderIter]]:
     step_idx = start
     while not fetcher.done:
-        yield step_idx, fetcher, False  # whether this step fetches the last batch shows only after it
+        yield step_idx, fetcher
         step_idx += 1
 
 
-def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter, is_last: bool) -> bool:
+def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter) -> bool:
     """One `training_step(dataloader_iter)` with its batch hooks; False when `on_train_batch_start` returned -1.
     The loop's own counters (accumulation, schedulers, `val_check_interval`) count step calls."""
     trainer = loop.trainer
     progress = loop.batch_progress
+    is_last = False  # whether this step fetches the last batch shows only after it
     loop.batch_idx, loop.is_last_batch = step_idx, is_last
     progress.increment_ready()
     progress.is_last_batch = is_last

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from stages import data, rng
 from stages.contract import module_of
-from stages.dataloader_iter import takes_dataloader_iter, training_steps
+from stages.dataloader_iter import DataloaderIter, run_training_step, takes_dataloader_iter, training_steps
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
@@ -300,7 +300,7 @@ class FitLoop:
             action="train_dataloader_next",
         )
         if self.fetches_itself:
-            yield from self._run_fetching_steps(*training_steps(self, batches, start))
+            yield from self._run_fetching_steps(training_steps(self, batches, start))
         else:
             yield from self._run_batches(batches)
         self._end_epoch()
@@ -367,14 +367,12 @@ class FitLoop:
             if self._batch_done():
                 break
 
-    def _run_fetching_steps(
-        self, steps: Iterator[tuple[int, Any, bool]], run_step: Callable[[int, Any, bool], bool]
-    ) -> Iterator[None]:
+    def _run_fetching_steps(self, steps: Iterator[tuple[int, DataloaderIter]]) -> Iterator[None]:
         """`_run_batches` for a `training_step` that takes `dataloader_iter` and fetches its own batches."""
         trainer = self.trainer
         poll_val_check = trainer._flow.poller("val_check")
-        for step_idx, fetcher, is_last in steps:
-            if not run_step(step_idx, fetcher, is_last):
+        for step_idx, fetcher in steps:
+            if not run_training_step(self, step_idx, fetcher):
                 break
             if self.multi_process:
                 self._agree_across_ranks()
