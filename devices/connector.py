@@ -7,7 +7,7 @@ from typing import Any
 
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
 from devices.ddp import DDPStrategy
-from devices.environments import ClusterEnvironment, LightningEnvironment, detect
+from devices.environments import ClusterEnvironment, detect
 from devices.precision import MixedPrecision, Precision, canonical_precision, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 
@@ -83,11 +83,8 @@ def connect(
 
 def _devices_from_environment(devices: Any, environment: ClusterEnvironment) -> Any:
     """Under torchrun or SLURM, `devices="auto"` means the processes the launcher started on this node."""
-    if devices != "auto" or isinstance(environment, LightningEnvironment):
-        return devices
-    env = environment.env
-    per_node = env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
-    return int(per_node) if per_node and per_node.isdigit() else devices
+    per_node = environment.processes_per_node() if devices == "auto" else None
+    return devices if per_node is None else per_node
 
 
 def _collect(problems: list[str], check: Callable[..., Any], *args: Any) -> Any:

@@ -55,6 +55,11 @@ class ClusterEnvironment(ABC):
     @abstractmethod
     def node_rank(self) -> int: ...
 
+    def processes_per_node(self) -> int | None:
+        """How many processes the launcher started on each node, when it says (what `devices="auto"` means
+        there); None when it does not."""
+        return None
+
     def _int(self, name: str) -> int:
         value = self.env.get(name)
         if value is None or not value.strip().lstrip("-").isdigit():
@@ -147,6 +152,9 @@ class TorchElasticEnvironment(ClusterEnvironment):
     def node_rank(self) -> int:
         return self._int("GROUP_RANK")
 
+    def processes_per_node(self) -> int | None:
+        return self._int("LOCAL_WORLD_SIZE")
+
 
 class SLURMEnvironment(ClusterEnvironment):
     """Tasks started by SLURM (`srun`): ranks from SLURM's variables, the first node of the job as the address.
@@ -213,6 +221,11 @@ class SLURMEnvironment(ClusterEnvironment):
 
     def node_rank(self) -> int:
         return self._int("SLURM_NODEID")
+
+    def processes_per_node(self) -> int | None:
+        # e.g. "4" or "4(x2)" (four tasks on each of two nodes); heterogeneous jobs list several, unset otherwise
+        per_node = self.env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+        return int(per_node) if per_node.isdigit() else None
 
 
 def first_hostname(nodelist: str) -> str:
