@@ -306,6 +306,15 @@ def test_torchrun_variables_are_recognised_and_read() -> None:
     assert isinstance(found, environments.TorchElasticEnvironment) and found.creates_processes_externally
     assert (found.global_rank(), found.local_rank(), found.node_rank(), found.world_size()) == (3, 1, 1, 4)
     assert (found.main_address, found.main_port) == ("127.0.0.1", 29400)
+    assert found.processes_per_node() == 2  # what devices="auto" means under torchrun
+
+
+@pytest.mark.parametrize(("per_node", "expected"), [("4", 4), ("4(x2)", 4), ("2,1", None), (None, None)])
+def test_slurm_says_its_tasks_per_node_when_they_are_the_same_on_every_node(
+    per_node: str | None, expected: int | None
+) -> None:
+    env = {"SLURM_NTASKS": "8", "SLURM_JOB_NAME": "train"} | ({"SLURM_NTASKS_PER_NODE": per_node} if per_node else {})
+    assert environments.SLURMEnvironment(env=env).processes_per_node() == expected
 
 
 def test_slurm_variables_give_ranks_the_first_node_and_a_port_from_the_job_id() -> None:
