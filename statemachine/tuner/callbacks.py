@@ -7,7 +7,7 @@ whose callbacks include a finder runs on a table with the tuning states (`extend
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from stages.callbacks.callback import Callback
 from stages.exceptions import MisconfigurationException
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from statemachine.trainer import Trainer
 
 ScaleMode = Literal["power", "binsearch"]
-SCALE_MODES = ("power", "binsearch")
+SCALE_MODES = get_args(ScaleMode)
 
 
 class _Finder(Callback):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch.optim import Optimizer
@@ -15,7 +15,7 @@ from stages.callbacks.callback import Callback
 _log = logging.getLogger(__name__)
 
 SweepMode = Literal["exponential", "linear"]
-SWEEP_MODES = ("exponential", "linear")
+SWEEP_MODES = get_args(SweepMode)
 
 
 class LRFinder:
