@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import TinyModel, make_loader
+from conftest import REPO, TinyModel, make_loader
 
 import statemachine as L
 from statemachine.cli import LightningCLI, SaveConfigCallback, lazy_instance
 
-REPO = Path(__file__).resolve().parents[1]
 DIGITS_CONFIG = REPO / "examples" / "digits.yaml"
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import REPO, TinyModel, make_loader, quiet_trainer
 
 import statemachine as L
 from devices.checkpoint_io import load_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
 TEMPORARY = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
 
 

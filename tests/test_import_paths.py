@@ -13,11 +13,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 import statemachine
 from statemachine import NotSupportedYetError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # module path (after `lightning.pytorch.`) -> public names users import from it
 LIGHTNING_PUBLIC: dict[str, list[str]] = {
@@ -209,7 +208,7 @@ def test_an_unknown_name_is_a_plain_import_error() -> None:
 
 def _run(code: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

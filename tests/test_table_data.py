@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import REPO
+
 import statemachine as L
 from statemachine.binding import bind
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_importing_the_table_loads_no_torch_and_no_trainer() -> None:
@@ -19,7 +19,7 @@ def test_importing_the_table_loads_no_torch_and_no_trainer() -> None:
         "import sys, statemachine.table; print(sorted(m for m in sys.modules "
         "if m.split('.')[0] in ('torch', 'stages', 'devices') or m == 'statemachine.trainer'))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -47,8 +47,8 @@ def _top_level_imports(path: Path) -> set[str]:
 
 def test_the_control_plane_has_no_import_circle() -> None:
     modules = {
-        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
-        for path in (ROOT / "statemachine").rglob("*.py")
+        ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in (REPO / "statemachine").rglob("*.py")
     }
     graph = {
         name: {m for m in _top_level_imports(path) if m in modules and m != name} for name, path in modules.items()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import Boom, TinyModel, quiet_trainer, run_example
+from conftest import REPO, Boom, TinyModel, quiet_trainer, run_example
 from torch.utils.data import DataLoader, TensorDataset
 
 import statemachine as L
@@ -20,8 +20,7 @@ from statemachine.history import check_path
 from statemachine.history import main as history_main
 from statemachine.tuner import TUNER_TABLE, Tuner
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # imported as `examples.digits`, the name the CLI tests use: one module, not two
+sys.path.insert(0, str(REPO))  # imported as `examples.digits`, the name the CLI tests use: one module, not two
 from examples.digits import DigitsClassifier, DigitsData  # noqa: E402
 
 TRAIN_SET = 1257  # the digits example's training split

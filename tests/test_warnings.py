@@ -7,12 +7,12 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 import statemachine as L
 from devices.warning_types import DeviceWarning
 from stages.exceptions import TrainerWarning
 
-ROOT = Path(__file__).resolve().parents[1]
 # Categories a project warning may carry: its own, or one that is not a UserWarning (e.g. RuntimeWarning).
 ALLOWED = {"TrainerWarning", "PossibleUserWarning", "DeviceWarning", "RuntimeWarning", "DeprecationWarning"}
 
@@ -35,11 +35,11 @@ def _warn_calls(path: Path) -> list[tuple[int, str | None]]:
 
 def test_every_project_warning_is_a_trainer_warning() -> None:
     # A plain UserWarning would slip past the suite's error filter, so a false warning could not fail a test.
-    files = [p for package in ("statemachine", "stages", "devices") for p in sorted((ROOT / package).rglob("*.py"))]
+    files = [p for package in ("statemachine", "stages", "devices") for p in sorted((REPO / package).rglob("*.py"))]
     # rank_zero_warn issues the user's own warnings, in the category the user gives (UserWarning by default).
     user_warnings = {"statemachine/utilities/rank_zero.py", "stages/rank_zero.py"}
-    files = [p for p in files if p.relative_to(ROOT).as_posix() not in user_warnings]
-    calls = {f"{p.relative_to(ROOT)}:{line}": category for p in files for line, category in _warn_calls(p)}
+    files = [p for p in files if p.relative_to(REPO).as_posix() not in user_warnings]
+    calls = {f"{p.relative_to(REPO)}:{line}": category for p in files for line, category in _warn_calls(p)}
     assert len(calls) > 10  # the scan finds the warnings that exist
     assert {where: category for where, category in calls.items() if category not in ALLOWED} == {}
 
