@@ -235,7 +235,7 @@ class PollTimer(LogTimer):
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss = MLPModule.training_step(self, batch, batch_idx)
         if batch_idx == 3:
-            poll = self.trainer._flow.poller("val_check")  # what the training loop calls per batch
+            poll = self.trainer.run.flow.poller("val_check")  # what the training loop calls per batch
             start = time.perf_counter()
             for _ in range(self.calls):
                 poll()

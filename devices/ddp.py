@@ -79,7 +79,6 @@ class DDPStrategy(Strategy):
         self.watch: PeerWatch | None = None
         self._local_rank: int | None = None
         self._store: Any = None
-        self._store_host: tuple[str, int] | None = None  # set by a launcher that hosts the store itself
         self._broken = False
         self.sync_batchnorm = False
 
@@ -152,7 +151,9 @@ class DDPStrategy(Strategy):
 
     # ---- process group ----------------------------------------------------------------------------------
 
-    def setup_environment(self) -> None:
+    def setup_environment(self, store_host: tuple[str, int] | None = None) -> None:
+        """Join the process group; `store_host`: the rendezvous store a launcher already serves (else the cluster
+        environment's address, where rank 0 serves it or torchrun's agent does)."""
         super().setup_environment()
         if dist.is_initialized():
             self._check_existing_group()
@@ -160,9 +161,9 @@ class DDPStrategy(Strategy):
         self._check_world(self.cluster_environment)
         env = self.cluster_environment
         rank, size = self.global_rank, self.world_size
-        host, port = self._store_host or (env.main_address, env.main_port)
+        host, port = store_host or (env.main_address, env.main_port)
         # torchrun's agent already serves a store at that address; every rank joins it as a client.
-        hosted_elsewhere = self._store_host is not None or env.creates_processes_externally and _agent_store(env)
+        hosted_elsewhere = store_host is not None or env.creates_processes_externally and _agent_store(env)
         timeout = self.timeout or DEFAULT_TIMEOUT
         self._store = dist.TCPStore(host, port, size, is_master=rank == 0 and not hosted_elsewhere, timeout=timeout)
         _log.info("rank %d/%d: joining the %s process group at %s:%d", rank, size, self.backend, host, port)

@@ -23,17 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from devices.environments import LAUNCHED_MARKER, LOOPBACK, find_free_port
-from devices.watchdog import describe_failure, failure_store, read_failure, report_failure
-
-if TYPE_CHECKING:
-    from devices.ddp import DDPStrategy
+from devices.environments import LAUNCHED_MARKER, LOOPBACK, ClusterEnvironment, find_free_port
+from devices.watchdog import PeerWatch, describe_failure, failure_store, read_failure, report_failure
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +47,37 @@ class RankFailedError(RuntimeError):
         self.rank = rank
 
 
-def make_launcher(strategy: DDPStrategy) -> ScriptLauncher | MultiprocessingLauncher:
+class LaunchedStrategy(Protocol):
+    """What a launcher needs of the strategy whose processes it starts."""
+
+    start_method: str
+    watch: PeerWatch | None
+
+    @property
+    def num_processes(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def global_rank(self) -> int: ...
+
+    @property
+    def node_rank(self) -> int: ...
+
+    @property
+    def cluster_environment(self) -> ClusterEnvironment | None: ...
+
+    def global_rank_of(self, local_rank: int) -> int: ...
+
+    def set_local_rank(self, local_rank: int) -> None: ...
+
+    def setup_environment(self, store_host: tuple[str, int] | None = None) -> None:
+        """Join the process group; `store_host`: the rendezvous store a launcher already serves."""
+        ...
+
+
+def make_launcher(strategy: LaunchedStrategy) -> ScriptLauncher | MultiprocessingLauncher:
     if strategy.start_method == "popen":
         return ScriptLauncher(strategy)
     if strategy.start_method not in multiprocessing.get_all_start_methods():
@@ -64,7 +91,7 @@ def make_launcher(strategy: DDPStrategy) -> ScriptLauncher | MultiprocessingLaun
 class ScriptLauncher:
     """Runs the entry point here as local rank 0 and the same script in a child per other local rank."""
 
-    def __init__(self, strategy: DDPStrategy) -> None:
+    def __init__(self, strategy: LaunchedStrategy) -> None:
         self.strategy = strategy
         self.children: list[tuple[int, subprocess.Popen[bytes]]] = []
 
@@ -127,7 +154,7 @@ class ScriptLauncher:
 class MultiprocessingLauncher:
     """torch.multiprocessing with `spawn`, `fork` or `forkserver`; rank 0's return value comes back here."""
 
-    def __init__(self, strategy: DDPStrategy) -> None:
+    def __init__(self, strategy: LaunchedStrategy) -> None:
         self.strategy = strategy
 
     def launch(self, function: Callable[..., Any], *args: Any) -> Any:
@@ -135,21 +162,17 @@ class MultiprocessingLauncher:
         # This process hosts the rendezvous store: it outlives every rank, so it can record a rank's death.
         port = find_free_port()
         store = dist.TCPStore(LOOPBACK, port, None, is_master=True, wait_for_workers=False)
-        strategy._store_host = (LOOPBACK, port)
         context = mp.get_context(strategy.start_method)
         queue = context.SimpleQueue()
         processes = mp.start_processes(
             _worker,
-            args=(strategy, function, args, queue),
+            args=(strategy, (LOOPBACK, port), function, args, queue),
             nprocs=strategy.num_processes,
             start_method=strategy.start_method,
             join=False,
         ).processes
-        try:
-            with _forwarding_sigterm(processes):
-                return self._collect(processes, queue, failure_store(store))
-        finally:
-            strategy._store_host = None
+        with _forwarding_sigterm(processes):
+            return self._collect(processes, queue, failure_store(store))
 
     def _collect(self, processes: list[Any], queue: Any, store: Any) -> Any:
         """Wait for every process, reading what they send as it arrives (a large result would otherwise fill
@@ -217,7 +240,14 @@ def _forwarding_sigterm(processes: list[Any]) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _worker(local_rank: int, strategy: DDPStrategy, function: Callable[..., Any], args: tuple, queue: Any) -> None:
+def _worker(
+    local_rank: int,
+    strategy: LaunchedStrategy,
+    store_host: tuple[str, int],
+    function: Callable[..., Any],
+    args: tuple,
+    queue: Any,
+) -> None:
     _stop_with_parent()
     if strategy.start_method == "fork":
         # A forked child inherits the parent's OpenMP pool in a broken state: its first parallel region hangs
@@ -225,7 +255,7 @@ def _worker(local_rank: int, strategy: DDPStrategy, function: Callable[..., Any]
         torch.set_num_threads(1)
     strategy.set_local_rank(local_rank)
     try:
-        strategy.setup_environment()
+        strategy.setup_environment(store_host)
         result = function(*args)
     except BaseException as error:
         queue.put(("error", (strategy.global_rank, f"{type(error).__name__}: {error}")))

@@ -4,7 +4,7 @@ validation set once training is done, before fit tears down (the digits classifi
     python examples/calibration.py [--epochs N] [--root DIR]
 
 The new state, its handler and its edges are declared data, like the built-in table: the diagram, the
-history check and transition coverage all see them (`python -m statemachine.diagram --table
+history check and transition coverage all see them (`python -m statemachine.engine.diagram --table
 calibration:CALIBRATED -o DIR`, run from this folder).
 """
 
@@ -24,12 +24,13 @@ import statemachine as L
 STOP = L.TABLE.by_key["epoch_boundary: fitting.training -> finished [fit_done]"]
 
 
-def calibrate(trainer: Any) -> str:
-    """`fitting.calibrating`: fit `model.temperature` by minimising the validation NLL of logits / T."""
-    model = trainer.lightning_module
+def calibrate(run: Any) -> str:
+    """`fitting.calibrating`: fit `model.temperature` by minimising the validation NLL of logits / T (the handler
+    receives the run in flight: its model, its trainer, ...)."""
+    model = run.model
     model.eval()
     with torch.no_grad():
-        batches = [(model(x.to(model.device)), y.to(model.device)) for x, y in trainer.val_dataloaders]
+        batches = [(model(x.to(model.device)), y.to(model.device)) for x, y in run.trainer.val_dataloaders]
     logits, labels = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
     log_t = torch.zeros(1, requires_grad=True)
     optimizer = torch.optim.LBFGS([log_t], lr=0.1, max_iter=100)

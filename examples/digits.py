@@ -18,8 +18,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
 import statemachine as L
-from statemachine.diagram import GraphvizMissingError, build_graph, write_graph
-from statemachine.history import load_history
+from statemachine.engine.diagram import GraphvizMissingError, build_graph, write_graph
+from statemachine.engine.history import load_history
 
 
 class DigitsData(L.LightningDataModule):
@@ -114,7 +114,7 @@ def main() -> None:
 
     print(f"test accuracy: {results[0]['test_acc']:.4f}")
     print(f"best checkpoint: {trainer.checkpoint_callback.best_model_path}")
-    print(f"state history:   {history_path}  (view: python -m statemachine.history show {history_path})")
+    print(f"state history:   {history_path}  (view: python -m statemachine.engine.history show {history_path})")
     print(f"run diagram:     {diagram}")
 
 

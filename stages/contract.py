@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from devices.strategy import Strategy
-    from stages.callbacks.callback import Callback
+    from stages.callbacks.callback import Callback, Checkpoint
     from stages.datamodule import LightningDataModule
     from stages.evaluation import FitValidation
     from stages.hooks import HookRunner
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class StageView(Protocol):
-    """The running stage, as the machine's state names it (`statemachine.enums.RunningStage`)."""
+    """The running stage, as the machine's state names it (`statemachine.engine.enums.RunningStage`)."""
 
     @property
     def dataloader_prefix(self) -> str: ...
@@ -63,28 +63,39 @@ class FlowView(Protocol):
 
 
 class RunView(Protocol):
-    """The call of fit/validate/test/predict in flight: what it was given, and what it returns."""
+    """The call of fit/validate/test/predict in flight: what it was given, what it returns, and the trainer's parts
+    it uses."""
 
     loaders: dict[str, Any]
     verbose: bool
     return_predictions: bool
     results: list[dict[str, float]]
     predictions: Any
+    prediction_record: Any
+    model: LightningModule
+    hooks: HookRunner
+    metrics: MetricsCollector
+    optimization: Optimization
+    profiler: Any
+
+    @property
+    def trainer(self) -> TrainerView: ...
+
+    @property
+    def flow(self) -> FlowView: ...
+
+    @property
+    def fit_loop(self) -> FitLoop: ...
+
+    @property
+    def fit_validation(self) -> FitValidation: ...
 
 
 class TrainerView(Protocol):
-    # ---- the planes' shared internals
-    _hooks: HookRunner
-    _metrics: MetricsCollector
-    _optimization: Optimization
-    _active_profiler: Any
-    _prediction_record: Any
-
     @property
-    def _flow(self) -> FlowView: ...
-
-    @property
-    def _run(self) -> RunView | None: ...
+    def run(self) -> RunView | None:
+        """The call of fit/validate/test/predict in flight; None between calls."""
+        ...
 
     # ---- loops and their counters
     fit_loop: FitLoop
@@ -125,8 +136,12 @@ class TrainerView(Protocol):
     reload_dataloaders_every_n_epochs: int
     use_distributed_sampler: bool
 
+    enable_autolog_hparams: bool
+    history_dump_path: str | None
+
     # ---- what the run works on
     strategy: Strategy
+    profiler: Any
     callbacks: list[Callback]
     loggers: list[Logger]
     datamodule: LightningDataModule | None
@@ -174,7 +189,25 @@ class TrainerView(Protocol):
     def lr_scheduler_configs(self) -> list[LRSchedulerConfig]: ...
 
     @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]: ...
+
+    @property
+    def checkpoint_callback(self) -> Checkpoint | None: ...
+
+    @property
+    def checkpoint_callbacks(self) -> list[Checkpoint]: ...
+
+    @property
+    def train_dataloader(self) -> Any: ...
+
+    @property
     def default_root_dir(self) -> str: ...
+
+    @property
+    def log_dir(self) -> str | None: ...
+
+    @property
+    def local_rank(self) -> int: ...
 
     @property
     def is_global_zero(self) -> bool: ...
@@ -187,6 +220,8 @@ class TrainerView(Protocol):
 
     def save_checkpoint(self, filepath: Any, weights_only: bool | None = None, storage_options: Any = None) -> None: ...
 
+    def dump_history(self, path: Any, storage_options: dict[str, Any] | None = None) -> str: ...
+
 
 def module_of(trainer: TrainerView) -> LightningModule:
     """The module of the run in flight; the loops only run inside fit/validate/test/predict, where there is one."""
@@ -198,7 +233,7 @@ def module_of(trainer: TrainerView) -> LightningModule:
 
 def run_of(trainer: TrainerView) -> RunView:
     """The call of fit/validate/test/predict in flight."""
-    run = trainer._run
+    run = trainer.run
     if run is None:
         raise RuntimeError("no run is in flight: the loops run inside fit, validate, test or predict")
     return run

@@ -48,7 +48,8 @@ def request(trainer: TrainerView, kind: str) -> Any:
     given = run_of(trainer).loaders.get(kind)
     if given is None:
         hook = f"{kind}_dataloader"
-        given = trainer._hooks.datamodule(hook) if trainer.datamodule is not None else trainer._hooks.module(hook)
+        hooks = run_of(trainer).hooks
+        given = hooks.datamodule(hook) if trainer.datamodule is not None else hooks.module(hook)
     if trainer.use_distributed_sampler and trainer.strategy.is_distributed:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0
@@ -227,7 +228,7 @@ def transfer_for(trainer: TrainerView) -> Callable[[Any, int], Any]:
     """`transfer` decided once (a loop asks per epoch): what the three default hooks amount to when neither the
     module nor a DataModule overrides any, else the hooks themselves."""
     strategy = trainer.strategy
-    if trainer.datamodule is None and not trainer._hooks.module_overrides_any(_TRANSFER_HOOKS):
+    if trainer.datamodule is None and not run_of(trainer).hooks.module_overrides_any(_TRANSFER_HOOKS):
         device, precision = strategy.root_device, strategy.precision
         # The strategy's default batch_to_device is move_to_device: called directly, one call less per batch.
         to_device: Callable[[Any, torch.device], Any] = (
@@ -240,7 +241,7 @@ def transfer_for(trainer: TrainerView) -> Callable[[Any, int], Any]:
 
 
 def _transfer_through_hooks(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:
-    hooks = trainer._hooks
+    hooks = run_of(trainer).hooks
     datamodule = trainer.datamodule
     device = trainer.strategy.root_device
     for name in _TRANSFER_HOOKS:

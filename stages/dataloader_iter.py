@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from stages.contract import run_of
+
 if TYPE_CHECKING:
     from stages.training import FitLoop
 
@@ -76,7 +78,7 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
 def training_steps(loop: FitLoop, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter]]:
     """The epoch's step calls (index, the iterator the step gets), each run by `run_training_step`. `batches`
     start at the loader position `start`; the loop keeps the position, which a mid-epoch checkpoint saves."""
-    metrics = loop.trainer._metrics
+    metrics = run_of(loop.trainer).metrics
     loop.fetched_in_epoch = start
 
     def on_fetch(batch: Any, batch_idx: int, _: int) -> None:
@@ -103,7 +105,7 @@ def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter) -> 
     loop.batch_idx, loop.is_last_batch = step_idx, is_last
     progress.increment_ready()
     progress.is_last_batch = is_last
-    trainer._metrics.current_batch = fetcher.batch
+    run_of(trainer).metrics.current_batch = fetcher.batch
     if loop._batch_start_ends_epoch(fetcher.batch, fetcher.batch_idx):
         loop.is_last_batch = True
         return False
@@ -122,9 +124,9 @@ def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter) -> 
     loop._step_schedulers(step_idx, loop.is_last_batch)
     if ran_out and loop.automatic:
         # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still step once.
-        trainer._optimization.step_schedulers("epoch", loop.current_epoch + 1, plateau=False)
+        run_of(trainer).optimization.step_schedulers("epoch", loop.current_epoch + 1, plateau=False)
     if not ran_out:
         loop._batch_end(outputs, fetcher.batch, fetcher.batch_idx)
     progress.increment_completed()
-    trainer._metrics.step_end("train", loop.batches_that_stepped, loop._should_log())
+    run_of(trainer).metrics.step_end("train", loop.batches_that_stepped, loop._should_log())
     return True

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from stages import data
+from stages.contract import run_of
 from stages.dataloader_iter import DataloaderIter, Fetched
 from stages.loop_rules import sigterm_stops_evaluation
 from stages.progress import BatchProgress
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def _fetcher(trainer: TrainerView, loaders: list[Any], counts: list[int | float], kind: str) -> DataloaderIter:
-    metrics = trainer._metrics
+    metrics = run_of(trainer).metrics
     action = f"{kind}_dataloader_next"
 
     def on_fetch(batch: Any, _: int, dataloader_idx: int) -> None:
@@ -31,7 +32,7 @@ def _fetcher(trainer: TrainerView, loaders: list[Any], counts: list[int | float]
             metrics.dataloader_idx = dataloader_idx
 
     sources: Iterator[Iterator[Fetched]] = (
-        data.fetch(loader, count, profiler=trainer._active_profiler, action=action)
+        data.fetch(loader, count, profiler=run_of(trainer).profiler, action=action)
         for loader, count in zip(loaders, counts)
     )
     return DataloaderIter(sources, on_fetch)
@@ -53,12 +54,12 @@ def evaluate_fetching(
     sanity: bool,
 ) -> None:
     """The batches of an evaluation loop whose `{noun}_step` takes `dataloader_iter`."""
-    hooks = trainer._hooks
+    hooks = run_of(trainer).hooks
     fetcher = _fetcher(trainer, loaders, num_batches, kind)
     batch_start, step, batch_end = f"on_{noun}_batch_start", f"{noun}_step", f"on_{noun}_batch_end"
     while not fetcher.done:
         progress.increment_ready()
-        trainer._metrics.current_batch = fetcher.batch
+        run_of(trainer).metrics.current_batch = fetcher.batch
         args = _hook_args(fetcher, len(loaders))
         hooks.callbacks(batch_start, *args)
         hooks.module(batch_start, *args)
@@ -76,7 +77,7 @@ def evaluate_fetching(
         progress.increment_completed()
         progress.is_last_batch = fetcher.done
         if not sanity:
-            trainer._metrics.step_end(kind, None, True)
+            run_of(trainer).metrics.step_end(kind, None, True)
         if sigterm_stops_evaluation(trainer) and not fetcher.done:
             raise SIGTERMException()
 
@@ -86,7 +87,7 @@ def predict_fetching(
 ) -> None:
     """The batches of the predict loop when `predict_step` takes `dataloader_iter`; each prediction is kept
     under the loader of the last batch the step fetched."""
-    hooks = trainer._hooks
+    hooks = run_of(trainer).hooks
     progress = trainer.predict_progress
     fetcher = _fetcher(trainer, loaders, counts, "predict")
     while not fetcher.done:

@@ -16,7 +16,7 @@ from stages.progress import BatchProgress
 from stages.training import SIGTERMException
 
 if TYPE_CHECKING:
-    from stages.contract import TrainerView
+    from stages.contract import RunView, TrainerView
 
 _NOUN = {"val": "validation", "test": "test"}
 # Per-batch hook names, built once: no string formatting inside the batch loop.
@@ -39,8 +39,8 @@ def evaluate(
     if sum(num_batches) == 0:
         return []
     noun = _NOUN[kind]
-    hooks = trainer._hooks
-    metrics = trainer._metrics
+    hooks = run_of(trainer).hooks
+    metrics = run_of(trainer).metrics
     module = module_of(trainer)
     # The whole loop, its start and end hooks included, runs without autograd (inference mode outside fit).
     grad_mode = torch.inference_mode() if trainer.inference_mode and not in_fit else torch.no_grad()
@@ -61,7 +61,7 @@ def evaluate(
                 metrics.dataloader_idx = dataloader_idx
                 last_loader = dataloader_idx == len(loaders) - 1
                 for batch_idx, batch, is_last in data.fetch(
-                    loader, count, profiler=trainer._active_profiler, action=f"{kind}_dataloader_next"
+                    loader, count, profiler=run_of(trainer).profiler, action=f"{kind}_dataloader_next"
                 ):
                     batch = transfer(batch, dataloader_idx)
                     _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
@@ -90,10 +90,10 @@ def _eval_batch(
     progress: BatchProgress,
     sanity: bool,
 ) -> None:
-    hooks = trainer._hooks
+    hooks = run_of(trainer).hooks
     batch_start, step, batch_end = _BATCH_HOOKS[noun]
     progress.increment_ready()
-    trainer._metrics.current_batch = batch
+    run_of(trainer).metrics.current_batch = batch
     args = (batch, batch_idx, dataloader_idx) if num_loaders > 1 else (batch, batch_idx)
     hooks.callbacks(batch_start, *args)
     hooks.module(batch_start, *args)
@@ -105,7 +105,7 @@ def _eval_batch(
     hooks.module(batch_end, output, *args)
     progress.increment_completed()
     if not sanity:
-        trainer._metrics.step_end(kind, None, True)
+        run_of(trainer).metrics.step_end(kind, None, True)
 
 
 class FitValidation:
@@ -149,15 +149,15 @@ class FitValidation:
 
     def run_sanity_check(self) -> str:
         trainer = self.trainer
-        trainer._metrics.reset_all()
-        trainer._hooks.callbacks("on_sanity_check_start")
+        run_of(trainer).metrics.reset_all()
+        run_of(trainer).hooks.callbacks("on_sanity_check_start")
         # Lightning's val loop requests its loaders when it runs, after `on_sanity_check_start`
         loaders = self.current_loaders()
         steps = trainer.num_sanity_val_steps
         capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
         trainer.num_sanity_val_batches = capped
         evaluate(trainer, "val", loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True)
-        trainer._hooks.callbacks("on_sanity_check_end")
+        run_of(trainer).hooks.callbacks("on_sanity_check_end")
         return "sanity_check_done"
 
     def run(self) -> str:
@@ -165,21 +165,22 @@ class FitValidation:
         loop = trainer.fit_loop
         loaders = self.current_loaders()
         if loop.stepped_this_batch:
-            trainer._hooks.module("on_validation_model_zero_grad")
+            run_of(trainer).hooks.module("on_validation_model_zero_grad")
         evaluate(trainer, "val", loaders, self.num_batches, loop.val_progress, in_fit=True)
         loop.last_val_end_time = time.monotonic()
         return "validation_done"
 
 
-def run_sanity_check(trainer: TrainerView) -> str:
-    return trainer.fit_validation.run_sanity_check()
+def run_sanity_check(run: RunView) -> str:
+    return run.fit_validation.run_sanity_check()
 
 
-def run_fit_validation(trainer: TrainerView) -> str:
-    return trainer.fit_validation.run()
+def run_fit_validation(run: RunView) -> str:
+    return run.fit_validation.run()
 
 
-def _run_standalone(trainer: TrainerView, kind: str, progress: BatchProgress) -> str:
+def _run_standalone(run: RunView, kind: str, progress: BatchProgress) -> str:
+    trainer = run.trainer
     limit = trainer.limit_val_batches if kind == "val" else trainer.limit_test_batches
     requested = None if limit == 0 else data.request(trainer, kind)
     setattr(trainer, "val_dataloaders" if kind == "val" else "test_dataloaders", requested)
@@ -191,19 +192,18 @@ def _run_standalone(trainer: TrainerView, kind: str, progress: BatchProgress) ->
     else:
         trainer.num_test_batches = counts
     results = evaluate(trainer, kind, loaders, counts, progress)
-    run = run_of(trainer)
     run.results = results
     if run.verbose and trainer.is_global_zero and results:
         print(format_results(results, kind))
     return "finish"
 
 
-def run_validate(trainer: TrainerView) -> str:
-    return _run_standalone(trainer, "val", trainer.validate_progress)
+def run_validate(run: RunView) -> str:
+    return _run_standalone(run, "val", run.trainer.validate_progress)
 
 
-def run_test(trainer: TrainerView) -> str:
-    return _run_standalone(trainer, "test", trainer.test_progress)
+def run_test(run: RunView) -> str:
+    return _run_standalone(run, "test", run.trainer.test_progress)
 
 
 def format_results(results: list[dict[str, float]], kind: str) -> str:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stages.contract import module_of
-
 if TYPE_CHECKING:
-    from stages.contract import TrainerView
+    from stages.contract import RunView
 
 
-def run_fit_setup(trainer: TrainerView) -> str:
+def run_fit_setup(run: RunView) -> str:
     """Start from clean gradients; the table's `begin` guards then choose sanity check or training."""
-    trainer.strategy.barrier("run_stage")
-    module_of(trainer).zero_grad()
+    run.trainer.strategy.barrier("run_stage")
+    run.model.zero_grad()
     return "begin"

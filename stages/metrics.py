@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 import torch
 from torch import Tensor
 
+from stages.contract import run_of
 from stages.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
@@ -286,7 +287,7 @@ class MetricsCollector:
     ) -> None:
         if rank_zero_only and self.trainer.global_rank != 0:
             return  # only rank 0's value is logged, and it is not synced: the other ranks may not log it at all
-        state = self.trainer._flow.machine_state
+        state = run_of(self.trainer).flow.machine_state
         bucket = self._bucket_by_state[state] if state in self._bucket_by_state else self._bucket_for(state)
         if bucket is None:
             raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
@@ -320,7 +321,7 @@ class MetricsCollector:
 
     def _bucket_for(self, state: str) -> dict[str, _Entry] | None:
         """The bucket a machine state logs into (None: logging is not allowed there), cached per state."""
-        stage = self.trainer._flow.table.by_name[state].stage
+        stage = run_of(self.trainer).flow.table.by_name[state].stage
         prefix = None if stage is None else stage.dataloader_prefix
         bucket = None if prefix in (None, "predict") else self._buckets.get(prefix, self._buckets["train"])
         self._bucket_by_state[state] = bucket

@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from devices.precision import StepClosure
-from stages.contract import module_of
+from stages.contract import module_of, run_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loss_check import NonFiniteLossCheck
 
@@ -183,7 +183,7 @@ class Optimization:
         self.check_loss = NonFiniteLossCheck(trainer)
 
     def setup(self, module: Any) -> None:
-        returned = self.trainer._hooks.module("configure_optimizers")
+        returned = run_of(self.trainer).hooks.module("configure_optimizers")
         if returned is None:
             warnings.warn(
                 "`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer",
@@ -207,7 +207,7 @@ class Optimization:
 
     def run_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         self.check_loss(loss)
-        hooks = self.trainer._hooks
+        hooks = run_of(self.trainer).hooks
         # A gradient scaler multiplies the loss first: the backward hooks see what is backpropagated.
         loss = self.trainer.strategy.precision.pre_backward(loss)
         hooks.callbacks("on_before_backward", loss)
@@ -224,11 +224,12 @@ class Optimization:
         module = module_of(trainer)
 
         def before_update() -> None:
-            trainer._hooks.callbacks("on_before_optimizer_step", optimizer)
-            trainer._hooks.module("on_before_optimizer_step", optimizer)
-            clipping = trainer.gradient_clip_val or trainer._hooks.module_overrides("configure_gradient_clipping")
+            hooks = run_of(trainer).hooks
+            hooks.callbacks("on_before_optimizer_step", optimizer)
+            hooks.module("on_before_optimizer_step", optimizer)
+            clipping = trainer.gradient_clip_val or hooks.module_overrides("configure_gradient_clipping")
             if module.automatic_optimization and clipping:
-                trainer._hooks.module(
+                hooks.module(
                     "configure_gradient_clipping",
                     optimizer,
                     gradient_clip_val=trainer.gradient_clip_val,
@@ -253,7 +254,7 @@ class Optimization:
                     continue
             progress = self.trainer.fit_loop.scheduler_progress
             progress.increment_ready()
-            self.trainer._hooks.module("lr_scheduler_step", config.scheduler, metric)
+            run_of(self.trainer).hooks.module("lr_scheduler_step", config.scheduler, metric)
             progress.increment_completed()
 
     def _monitored(self, config: LRSchedulerConfig) -> Any:

@@ -15,7 +15,7 @@ from stages.dataloader_iter import takes_dataloader_iter
 from stages.dataloader_iter_eval import predict_fetching
 
 if TYPE_CHECKING:
-    from stages.contract import TrainerView
+    from stages.contract import RunView, TrainerView
 
 
 @dataclass
@@ -32,7 +32,8 @@ class PredictionRecord:
         return self.outputs[0] if len(self.outputs) == 1 else self.outputs
 
 
-def run_predict(trainer: TrainerView) -> str:
+def run_predict(run: RunView) -> str:
+    trainer = run.trainer
     limit = trainer.limit_predict_batches
     trainer.predict_dataloaders = None if limit == 0 else data.request(trainer, "predict")
     loaders = data.as_list(trainer.predict_dataloaders)
@@ -42,12 +43,11 @@ def run_predict(trainer: TrainerView) -> str:
         wrapped = [recording(loader) for loader in loaders]
         loaders = [loader for loader, _ in wrapped]
         recorders = [recorder for _, recorder in wrapped]
-    trainer._prediction_record = PredictionRecord()
+    run.prediction_record = PredictionRecord()
     counts = [data.limited_batches(loader, limit, "limit_predict_batches") for loader in loaders]
     trainer.num_predict_batches = counts
     keep_for_writers = any(writer.interval.on_epoch for writer in writers)
     predictions = _predict(trainer, loaders, counts, recorders, keep_for_writers) if sum(counts) else []
-    run = run_of(trainer)
     if run.return_predictions:
         run.predictions = predictions[0] if len(predictions) == 1 else predictions
     return "finish"
@@ -60,10 +60,10 @@ def _predict(
     recorders: list[RecordingBatchSampler | None],
     keep_for_writers: bool,
 ) -> list[list[Any]]:
-    hooks = trainer._hooks
+    hooks = run_of(trainer).hooks
     progress = trainer.predict_progress
     keep = run_of(trainer).return_predictions or keep_for_writers
-    record = trainer._prediction_record
+    record = run_of(trainer).prediction_record
     # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
@@ -83,7 +83,7 @@ def _predict(
         transfer = data.transfer_for(trainer)
         for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
             for batch_idx, batch, _ in data.fetch(
-                loader, count, profiler=trainer._active_profiler, action="predict_dataloader_next"
+                loader, count, profiler=run_of(trainer).profiler, action="predict_dataloader_next"
             ):
                 progress.increment_ready()
                 recorder = recorders[dataloader_idx]

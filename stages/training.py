@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from stages import data, rng
-from stages.contract import module_of
+from stages.contract import module_of, run_of
 from stages.dataloader_iter import DataloaderIter, run_training_step, takes_dataloader_iter, training_steps
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
@@ -32,7 +32,7 @@ from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgr
 from stages.resume import CONTINUES_EPOCH, ResumePoint
 
 if TYPE_CHECKING:
-    from stages.contract import TrainerView
+    from stages.contract import RunView, TrainerView
 
 _log = logging.getLogger(__name__)
 
@@ -133,6 +133,12 @@ class FitLoop:
         if module is not None and not module.automatic_optimization:
             return self.manual_step_progress.total.completed
         return self.optimizer_step_progress.total.completed
+
+    @property
+    def batch_in_flight(self) -> int | None:
+        """The batch index while an epoch's batches run (or wait for a validation); None between epochs."""
+        progress = self.epoch_progress.current
+        return self.batch_idx if self._training is not None and progress.started > progress.processed else None
 
     def on_optimizer_stepped(self) -> None:
         (self.optimizer_step_progress if self.automatic else self.manual_step_progress).increment_step()
@@ -236,8 +242,8 @@ class FitLoop:
         if self.epoch_validates_at(self.current_epoch) and trainer.fit_validation.needs_loaders:
             trainer.fit_validation.load_loaders()
         self.automatic = module_of(trainer).automatic_optimization
-        trainer._hooks.callbacks("on_train_start")
-        trainer._hooks.module("on_train_start")
+        run_of(trainer).hooks.callbacks("on_train_start")
+        run_of(trainer).hooks.module("on_train_start")
         self._training = self._run_training()
 
     def _run_training(self) -> Iterator[str | None]:
@@ -260,7 +266,7 @@ class FitLoop:
     def _run_epoch(self, continues: bool) -> Iterator[None]:
         """One epoch; `continues`: carry on with the restored epoch at its next batch, without its start hooks."""
         trainer = self.trainer
-        hooks = trainer._hooks
+        hooks = run_of(trainer).hooks
         saved, self._restored_rng = self._restored_rng, None
         replay_from = self.epoch_start_rng if continues and saved is not None else None
         if saved is not None and replay_from is None:
@@ -273,7 +279,7 @@ class FitLoop:
             trainer.fit_validation.load_loaders()
         if not continues:
             self.epoch_progress.increment_ready()
-            trainer._metrics.reset_bucket("train")
+            run_of(trainer).metrics.reset_bucket("train")
             hooks.callbacks("on_train_epoch_start")
             hooks.module("on_train_epoch_start")
             self.epoch_progress.increment_started()
@@ -296,7 +302,7 @@ class FitLoop:
             self.num_training_batches,
             start,
             positioned,
-            profiler=trainer._active_profiler,
+            profiler=run_of(trainer).profiler,
             action="train_dataloader_next",
         )
         if self.fetches_itself:
@@ -311,9 +317,9 @@ class FitLoop:
         epoch-start hooks, which may change them) read into locals: for a small model these lines are the trainer's
         whole per-batch cost."""
         trainer = self.trainer
-        hooks, optimization = trainer._hooks, trainer._optimization
-        metrics, progress = trainer._metrics, self.batch_progress
-        poll_val_check = trainer._flow.poller("val_check")
+        hooks, optimization = run_of(trainer).hooks, run_of(trainer).optimization
+        metrics, progress = run_of(trainer).metrics, self.batch_progress
+        poll_val_check = run_of(trainer).flow.poller("val_check")
         transfer = data.transfer_for(trainer)
         automatic, multi_process = self.automatic, self.multi_process
         start_hooks = not hooks.all_default(("on_train_batch_start",))
@@ -363,14 +369,14 @@ class FitLoop:
                 self._agree_across_ranks()
             if poll_val_check():
                 yield None
-                poll_val_check = trainer._flow.poller("val_check")  # for the state the machine resumed in
+                poll_val_check = run_of(trainer).flow.poller("val_check")  # for the state the machine resumed in
             if self._batch_done():
                 break
 
     def _run_fetching_steps(self, steps: Iterator[tuple[int, DataloaderIter]]) -> Iterator[None]:
         """`_run_batches` for a `training_step` that takes `dataloader_iter` and fetches its own batches."""
         trainer = self.trainer
-        poll_val_check = trainer._flow.poller("val_check")
+        poll_val_check = run_of(trainer).flow.poller("val_check")
         for step_idx, fetcher in steps:
             if not run_training_step(self, step_idx, fetcher):
                 break
@@ -378,18 +384,20 @@ class FitLoop:
                 self._agree_across_ranks()
             if poll_val_check():
                 yield None
-                poll_val_check = trainer._flow.poller("val_check")  # for the state the machine resumed the epoch in
+                poll_val_check = run_of(trainer).flow.poller(
+                    "val_check"
+                )  # for the state the machine resumed the epoch in
             if self._batch_done():
                 break
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
         """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""
-        hooks = self.trainer._hooks
+        hooks = run_of(self.trainer).hooks
         hooks.callbacks("on_train_batch_start", batch, batch_idx)
         return bool(hooks.module("on_train_batch_start", batch, batch_idx) == -1)
 
     def _batch_end(self, outputs: dict[str, Any], batch: Any, batch_idx: int) -> None:
-        hooks = self.trainer._hooks
+        hooks = run_of(self.trainer).hooks
         hooks.callbacks("on_train_batch_end", outputs, batch, batch_idx)
         hooks.module("on_train_batch_end", outputs, batch, batch_idx)
 
@@ -417,24 +425,24 @@ class FitLoop:
         no profiler), the strategy adds nothing to backward and step, and the one optimizer is a torch optimizer
         known to evaluate a closure once, before its update. The calls and their order are then the same."""
         trainer = self.trainer
-        optimizers = trainer._optimization.optimizers
+        optimizers = run_of(trainer).optimization.optimizers
         return (
             self.automatic
             and len(optimizers) == 1
             and type(optimizers[0]) in _CLOSURE_ONCE
             and not trainer.gradient_clip_val
-            and trainer._active_profiler is None
+            and run_of(trainer).profiler is None
             and trainer.strategy.plain_steps
-            and trainer._hooks.all_default(_STEP_HOOKS)
+            and run_of(trainer).hooks.all_default(_STEP_HOOKS)
         )
 
     def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
         """The step, zero_grad and backward inside the optimizer's closure, through every step hook: returns the
         step's output and the (divided) loss."""
         trainer = self.trainer
-        hooks = trainer._hooks
+        hooks = run_of(trainer).hooks
         k = trainer.accumulate_grad_batches
-        wrapped = trainer._optimization.lightning_optimizers
+        wrapped = run_of(trainer).optimization.lightning_optimizers
         optimizer = wrapped[0].optimizer if wrapped else None
         zero_grad_now = batch_idx % k == 0
         epoch = self.current_epoch
@@ -455,7 +463,7 @@ class FitLoop:
                 self.zero_grad_progress.increment_completed()
             if loss is not None:
                 loss = loss / k if k > 1 else loss
-                trainer._optimization.run_backward(loss)
+                run_of(trainer).optimization.run_backward(loss)
             captured["output"], captured["loss"] = output, loss
             return loss
 
@@ -469,12 +477,12 @@ class FitLoop:
     def _manual_step(self, batch: Any, batch_idx: int) -> Any:
         trainer = self.trainer
         with torch.enable_grad(), trainer.strategy.precision.forward_context():
-            return trainer._hooks.module("training_step", batch, batch_idx)
+            return run_of(trainer).hooks.module("training_step", batch, batch_idx)
 
     def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:
         """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch."""
         trainer = self.trainer
-        optimization = trainer._optimization
+        optimization = run_of(trainer).optimization
         if not self.automatic or not self.stepped_this_batch or not optimization.lr_scheduler_configs:
             return
         optimization.step_schedulers("step", batch_idx + 1, plateau=False)
@@ -485,8 +493,8 @@ class FitLoop:
         """After a batch and its poll: the batch's bookkeeping (plateau schedulers, counters, loggers saved on a
         stop, a SIGTERM raised); returns whether the epoch ends here."""
         trainer = self.trainer
-        if self.automatic and self.stepped_this_batch and trainer._optimization.lr_scheduler_configs:
-            trainer._optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
+        if self.automatic and self.stepped_this_batch and run_of(trainer).optimization.lr_scheduler_configs:
+            run_of(trainer).optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
         if self.stepped_this_batch:
             self.batches_that_stepped += 1
         if trainer.should_stop:
@@ -519,18 +527,18 @@ class FitLoop:
 
     def _end_epoch(self) -> None:
         trainer = self.trainer
-        hooks = trainer._hooks
+        hooks = run_of(trainer).hooks
         self.epoch_progress.increment_processed()
-        trainer._metrics.epoch_end_reached("train")
+        run_of(trainer).metrics.epoch_end_reached("train")
         hooks.callbacks_where("on_train_epoch_end", False)
         hooks.module("on_train_epoch_end")
         # The monitoring callbacks see this epoch's reductions through the live view (epoch_end_reached above),
         # so a checkpoint ranks this epoch's value; they reach the loggers after, as in Lightning.
         hooks.callbacks_where("on_train_epoch_end", True)
         # The logging step already moved past the epoch's last batch; its epoch values belong to that batch.
-        trainer._metrics.epoch_end("train", self.batches_that_stepped - 1, bool(trainer.loggers))
+        run_of(trainer).metrics.epoch_end("train", self.batches_that_stepped - 1, bool(trainer.loggers))
         if self.automatic and self._all_batches_ran():
-            trainer._optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
+            run_of(trainer).optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()
         if self.multi_process:
             self._agree_across_ranks()
@@ -594,9 +602,9 @@ def _loss_of(output: Any) -> Tensor | None:
     )
 
 
-def run_train_setup(trainer: TrainerView) -> str:
-    return trainer.fit_loop.setup_data()
+def run_train_setup(run: RunView) -> str:
+    return run.fit_loop.setup_data()
 
 
-def run_training(trainer: TrainerView) -> str | None:
-    return trainer.fit_loop.run()
+def run_training(run: RunView) -> str | None:
+    return run.fit_loop.run()

@@ -15,14 +15,16 @@ from fsspec.implementations.local import LocalFileSystem
 from devices.checkpoint_io import CorruptCheckpointError
 from stages import resume
 from stages.callbacks.model_checkpoint import ModelCheckpoint
-from stages.contract import module_of
+from stages.contract import TrainerView, module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loop_rules import max_epochs_reached, max_steps_reached
 from stages.resume import ResumePoint
 from statemachine import requeue
 
 if TYPE_CHECKING:
-    from statemachine.trainer import Trainer
+    from stages.hooks import HookRunner
+    from stages.optimization import Optimization
+    from statemachine.run import Run
 
 LIGHTNING_VERSION = "2.6.5"
 RESUME_KEY = "statemachine_resume"  # RNG states and loader position for an exact resume, beyond Lightning's keys
@@ -32,8 +34,9 @@ _LAST = re.compile(r"last(-v?\d+)?\.ckpt$")
 # ---- saving ----------------------------------------------------------------------------------------------------------
 
 
-def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
-    """The checkpoint dict, keys in Lightning's write order."""
+def dump(trainer: TrainerView, hooks: HookRunner, optimization: Optimization, weights_only: bool) -> dict[str, Any]:
+    """The checkpoint dict, keys in Lightning's write order (the trainer's hooks and optimization: a save may come
+    between calls too)."""
     module = module_of(trainer)
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,
@@ -49,7 +52,7 @@ def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
     }
     if not weights_only:
         checkpoint["callbacks"] = _callback_states(trainer)
-        optimizer_states, scheduler_states = trainer._optimization.state_dicts()
+        optimizer_states, scheduler_states = optimization.state_dicts()
         checkpoint["optimizer_states"] = optimizer_states
         checkpoint["lr_schedulers"] = scheduler_states
         precision_state = trainer.strategy.precision.state_dict()
@@ -63,12 +66,12 @@ def dump(trainer: Trainer, weights_only: bool) -> dict[str, Any]:
             checkpoint[type(datamodule).__qualname__] = state
     if not weights_only:
         checkpoint[RESUME_KEY] = _with_every_rank(trainer, trainer.fit_loop.resume_state())
-        trainer._hooks.callbacks("on_save_checkpoint", checkpoint)
-    trainer._hooks.module("on_save_checkpoint", checkpoint)
+        hooks.callbacks("on_save_checkpoint", checkpoint)
+    hooks.module("on_save_checkpoint", checkpoint)
     return checkpoint
 
 
-def _with_every_rank(trainer: Trainer, state: dict[str, Any]) -> dict[str, Any]:
+def _with_every_rank(trainer: TrainerView, state: dict[str, Any]) -> dict[str, Any]:
     """Every rank draws from its own generators: an exact resume needs each rank's states, indexed by rank.
     The top-level states stay this rank's, so a one-process run can resume from the file too."""
     if trainer.world_size == 1:
@@ -77,7 +80,7 @@ def _with_every_rank(trainer: Trainer, state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "per_rank": every} if len(every) == trainer.world_size else state
 
 
-def _for_this_rank(trainer: Trainer, state: dict[str, Any] | None) -> dict[str, Any] | None:
+def _for_this_rank(trainer: TrainerView, state: dict[str, Any] | None) -> dict[str, Any] | None:
     if state is None or "per_rank" not in state:
         return state
     every = state["per_rank"]
@@ -93,7 +96,7 @@ def _without_last_batch(state: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in state.items() if key != "is_last_batch"}
 
 
-def _callback_states(trainer: Trainer) -> dict[str, Any]:
+def _callback_states(trainer: TrainerView) -> dict[str, Any]:
     states = {}
     for callback in trainer.callbacks:
         state = callback.state_dict()
@@ -102,7 +105,7 @@ def _callback_states(trainer: Trainer) -> dict[str, Any]:
     return states
 
 
-def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
+def _add_hparams(checkpoint: dict[str, Any], trainer: TrainerView) -> None:
     module = module_of(trainer)
     for owner in (module, trainer.datamodule):
         if owner is not None and owner.hparams:
@@ -113,8 +116,8 @@ def _add_hparams(checkpoint: dict[str, Any], trainer: Trainer) -> None:
 # ---- ckpt_path resolution ("best", "last", a path) -------------------------------------------------------------------
 
 
-def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
-    run = trainer._live_run()
+def resolve_ckpt_path(run: Run, ckpt_path: str | None) -> str | None:
+    trainer = run.trainer
     fn = run.fn.value
     if ckpt_path is None:
         ckpt_path = requeue.auto_resume(trainer)
@@ -140,7 +143,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None) -> str | None:
     return ckpt_path
 
 
-def _best_path(trainer: Trainer, fn: str) -> str:
+def _best_path(trainer: TrainerView, fn: str) -> str:
     callbacks = trainer.checkpoint_callbacks
     if not callbacks:
         raise ValueError(f'.{fn}(ckpt_path="best") is set but no ModelCheckpoint is configured')
@@ -158,7 +161,7 @@ def _best_path(trainer: Trainer, fn: str) -> str:
     return best
 
 
-def _last_path(trainer: Trainer, fn: str) -> str | None:
+def _last_path(trainer: TrainerView, fn: str) -> str | None:
     candidates: list[tuple[float, str]] = []
     for callback in trainer.checkpoint_callbacks:
         if not isinstance(callback, ModelCheckpoint) or not callback.dirpath:
@@ -184,17 +187,18 @@ def _last_path(trainer: Trainer, fn: str) -> str | None:
 # ---- restoring -------------------------------------------------------------------------------------------------------
 
 
-def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+def restore_model_and_callbacks(run: Run, checkpoint: dict[str, Any], path: str) -> None:
     """Restore the weights (before the strategy set-up): module hook, weights, DataModule, callbacks."""
     if "state_dict" not in checkpoint:
         raise CorruptCheckpointError(f"{path}: not a Lightning checkpoint (no 'state_dict' key)")
-    module = module_of(trainer)
-    trainer._hooks.module("on_load_checkpoint", checkpoint)
+    trainer = run.trainer
+    module = run.model
+    run.hooks.module("on_load_checkpoint", checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=module.strict_loading)
     datamodule = trainer.datamodule
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
         datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
-    trainer._hooks.callbacks("on_load_checkpoint", checkpoint)
+    run.hooks.callbacks("on_load_checkpoint", checkpoint)
     saved = dict(checkpoint.get("callbacks", {}))
     for callback in trainer.callbacks:
         state = saved.pop(callback.state_key, None)
@@ -206,7 +210,7 @@ def restore_model_and_callbacks(trainer: Trainer, checkpoint: dict[str, Any], pa
         )
 
 
-def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> None:
     """Restore 2: precision, the fit loop's counters (and its named resume point), RNG states, optimizers and
     schedulers."""
     if "optimizer_states" not in checkpoint:
@@ -214,6 +218,7 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
             f"{path} has no optimizer states (saved with save_weights_only=True?): it can load weights for "
             "validate/test/predict, but fit cannot resume from it"
         )
+    trainer = run.trainer
     _restore_fit_loop(trainer, checkpoint["loops"]["fit_loop"])
     trainer.fit_loop.load_resume_state(_for_this_rank(trainer, checkpoint.get(RESUME_KEY)))
     if trainer.max_epochs != -1 and trainer.current_epoch > trainer.max_epochs:
@@ -221,17 +226,17 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], path: s
             f"{path} is at epoch {trainer.current_epoch}, past max_epochs={trainer.max_epochs}; raise max_epochs "
             "to continue training"
         )
-    restore_precision_and_optimizers(trainer, checkpoint)
+    restore_precision_and_optimizers(run, checkpoint)
 
 
-def restore_precision_and_optimizers(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+def restore_precision_and_optimizers(run: Run, checkpoint: dict[str, Any]) -> None:
     """The precision plugin's state (a gradient scaler's), the optimizers' and the schedulers'."""
-    precision = trainer.strategy.precision
+    precision = run.strategy.precision
     precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
-    trainer._optimization.load_state_dicts(checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
+    run.optimization.load_state_dicts(checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
 
 
-def _restore_fit_loop(trainer: Trainer, state: dict[str, Any]) -> None:
+def _restore_fit_loop(trainer: TrainerView, state: dict[str, Any]) -> None:
     """Load the counters, name where the save happened, and settle the counters for that point."""
     loop = trainer.fit_loop
     loop.epoch_progress.load_state_dict(state["epoch_progress"])

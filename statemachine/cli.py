@@ -30,7 +30,7 @@ from stages.callbacks.callback import Callback
 from stages.datamodule import LightningDataModule
 from stages.module import LightningModule
 from stages.seed import seed_everything
-from statemachine.history import join_path, write_atomic
+from statemachine.engine.history import join_path, write_atomic
 from statemachine.trainer import Trainer
 
 __all__ = ["LightningArgumentParser", "LightningCLI", "SaveConfigCallback", "lazy_instance"]

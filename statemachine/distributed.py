@@ -3,7 +3,6 @@ set, peers' failures watched, and, under spawn/fork launchers, rank 0's results 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,13 +11,13 @@ import torch
 from devices.ddp import DDPStrategy
 from devices.launchers import MultiprocessingLauncher
 from devices.watchdog import PeerFailedError
-from stages.contract import module_of
+from stages.contract import TrainerView
 from stages.exceptions import MisconfigurationException
 from stages.loggers.logger import FileLogger
 from stages.rank_zero import rank_zero_only
 
 if TYPE_CHECKING:
-    from statemachine.trainer import Trainer
+    from statemachine.run import Run
 
 
 @dataclass
@@ -35,32 +34,12 @@ class WorkerOutput:
     history: Any = None  # rank 0's History: this process's records before the launch, then the run's
 
 
-# Debug switch: every transition checks that all ranks took the same edge (one small collective per transition).
-CHECK_RANKS_VARIABLE = "STATEMACHINE_CHECK_RANKS"
-
-
-class RankDivergenceError(RuntimeError):
-    """Ranks took different transitions: the run would otherwise hang in mismatched collectives."""
-
-
-def checking_ranks() -> bool:
-    return os.environ.get(CHECK_RANKS_VARIABLE, "") not in ("", "0")
-
-
-def check_same_edge(trainer: Trainer, edge: str) -> None:
-    """Raise RankDivergenceError naming each rank's edge when the ranks did not all take `edge`."""
-    found = trainer.strategy.check_same(edge)
-    if found is not None:
-        lines = "\n".join(f"  rank {rank}: {taken}" for rank, taken in enumerate(found))
-        raise RankDivergenceError(f"ranks took different transitions ({CHECK_RANKS_VARIABLE}=1):\n{lines}")
-
-
-def spawns(trainer: Trainer) -> bool:
+def spawns(trainer: TrainerView) -> bool:
     """Whether the entry point runs in processes other than this one (the spawn and fork launchers)."""
     return isinstance(getattr(trainer.strategy, "launcher", None), MultiprocessingLauncher)
 
 
-def default_return_predictions(trainer: Trainer, given: bool | None) -> bool:
+def default_return_predictions(trainer: TrainerView, given: bool | None) -> bool:
     """Predictions stay in spawned processes, so there they are not returned unless asked for (then refused)."""
     if given and spawns(trainer):
         raise MisconfigurationException(
@@ -70,32 +49,32 @@ def default_return_predictions(trainer: Trainer, given: bool | None) -> bool:
     return (not spawns(trainer)) if given is None else given
 
 
-def run(trainer: Trainer, trigger: str) -> None:
+def run(run: Run, trigger: str) -> None:
     """Drive `trigger` on every rank of the trainer's strategy."""
-    strategy = trainer.strategy
+    strategy = run.strategy
     launcher = getattr(strategy, "launcher", None)
     if launcher is None:
         if isinstance(strategy, DDPStrategy):
             strategy.setup_environment()  # torchrun or SLURM started this process: join their group
-        _drive(trainer, trigger)
+        _drive(run, trigger)
         return
     if isinstance(launcher, MultiprocessingLauncher):
-        output = launcher.launch(_drive_in_worker, trainer, trigger)
-        _apply(trainer, output)
+        output = launcher.launch(_drive_in_worker, run, trigger)
+        _apply(run, output)
         return
-    launcher.launch(_drive, trainer, trigger)
+    launcher.launch(_drive, run, trigger)
 
 
-def _drive(trainer: Trainer, trigger: str) -> None:
-    strategy = trainer.strategy
+def _drive(run: Run, trigger: str) -> None:
+    strategy = run.strategy
     rank_zero_only.rank = strategy.global_rank
     if not isinstance(strategy, DDPStrategy):
-        trainer._drive(trigger)
+        run.drive(trigger)
         return
-    _agree_on_log_versions(trainer, strategy)
-    strategy.arm(lambda: trainer._run is not None and trainer._run.exception is not None)
+    _agree_on_log_versions(run.trainer, strategy)
+    strategy.arm(lambda: run.exception is not None)
     try:
-        trainer._drive(trigger)
+        run.drive(trigger)
     except BaseException as error:
         failure = strategy.peer_failure()
         if failure is not None and not isinstance(error, PeerFailedError):
@@ -106,7 +85,7 @@ def _drive(trainer: Trainer, trigger: str) -> None:
         strategy.disarm()
 
 
-def _agree_on_log_versions(trainer: Trainer, strategy: DDPStrategy) -> None:
+def _agree_on_log_versions(trainer: TrainerView, strategy: DDPStrategy) -> None:
     """A logger picks its next free version folder on first use; every rank takes rank 0's pick, so the
     checkpoint and history paths match across ranks."""
     for logger in trainer.loggers:
@@ -114,27 +93,26 @@ def _agree_on_log_versions(trainer: Trainer, strategy: DDPStrategy) -> None:
             logger._dir._version = strategy.broadcast(logger.version)
 
 
-def _drive_in_worker(trainer: Trainer, trigger: str) -> WorkerOutput | None:
-    if trainer._run is not None:
-        _own_memory(trainer._run.model)
-    _drive(trainer, trigger)
+def _drive_in_worker(run: Run, trigger: str) -> WorkerOutput | None:
+    _own_memory(run.model)
+    _drive(run, trigger)
+    trainer = run.trainer
     if not trainer.is_global_zero:
         return None
-    run_context = trainer._run
-    module = module_of(trainer)
+    module = run.model
     callback = trainer.checkpoint_callback
     saved = {}
     if callback is not None:
         saved = {name: getattr(callback, name, None) for name in _CHECKPOINT_RESULTS}
     return WorkerOutput(
-        state=trainer._flow.machine_state,
+        state=run.flow.machine_state,
         weights={k: v.detach().cpu() for k, v in module.state_dict().items()},
         callback_metrics={k: v.detach().cpu() for k, v in trainer.callback_metrics.items()},
         logged_metrics={k: v.detach().cpu() for k, v in trainer.logged_metrics.items()},
         checkpoint=saved,
-        results=run_context.results if run_context is not None else [],
-        predictions=run_context.predictions if run_context is not None else None,
-        history=trainer._flow.history,
+        results=run.results,
+        predictions=run.predictions,
+        history=run.flow.history,
     )
 
 
@@ -149,20 +127,17 @@ def _own_memory(module: torch.nn.Module) -> None:
 _CHECKPOINT_RESULTS = ("best_model_path", "best_model_score", "last_model_path", "best_k_models", "kth_best_model_path")
 
 
-def _apply(trainer: Trainer, output: WorkerOutput) -> None:
+def _apply(run: Run, output: WorkerOutput) -> None:
     """The main process takes over rank 0's trained weights, metrics, checkpoint paths and results."""
-    run_context = trainer._run
-    if run_context is not None:
-        # The workers connected their copies of the model; this process's model gets their weights.
-        trainer._connect(run_context.model, run_context.datamodule)
-        run_context.model.load_state_dict(output.weights)
-    trainer._metrics.adopt(output.callback_metrics, output.logged_metrics)
-    callback = trainer.checkpoint_callback
+    # The workers connected their copies of the model; this process's model gets their weights.
+    run.connect()
+    run.model.load_state_dict(output.weights)
+    run.metrics.adopt(output.callback_metrics, output.logged_metrics)
+    callback = run.trainer.checkpoint_callback
     if callback is not None:
         for name, value in output.checkpoint.items():
             setattr(callback, name, value)
-    if run_context is not None:
-        run_context.results = output.results
-        run_context.predictions = output.predictions
-    trainer._flow.machine_state = output.state
-    trainer._flow.history = output.history
+    run.results = output.results
+    run.predictions = output.predictions
+    run.flow.machine_state = output.state
+    run.flow.history = output.history

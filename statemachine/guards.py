@@ -1,4 +1,4 @@
-"""Guards: pure, cheap predicates over the trainer. The machine evaluates them to choose an edge.
+"""Guards: pure, cheap predicates over the run in flight. The machine evaluates them to choose an edge.
 
 A guard returns a truthy value to pass. `fit_done` returns the reason fit stops (a string), so the history
 record of the stop says why, the way Lightning's fit loop logs it. The training loop's per-batch rules
@@ -14,21 +14,23 @@ from stages.loop_rules import max_epochs_reached, max_steps_reached, minimums_me
 from stages.resume import INSIDE_EPOCH
 
 if TYPE_CHECKING:
-    from statemachine.trainer import Trainer
+    from statemachine.run import Run
 
 
-def resumes_inside_epoch(trainer: Trainer) -> bool:
+def resumes_inside_epoch(run: Run) -> bool:
     """The restored checkpoint was saved inside an epoch (or inside one of its validations)."""
-    return trainer.fit_loop.resume_point in INSIDE_EPOCH
+    return run.fit_loop.resume_point in INSIDE_EPOCH
 
 
-def should_sanity_check(trainer: Trainer) -> bool:
+def should_sanity_check(run: Run) -> bool:
     """Validation is enabled and sanity steps are requested."""
+    trainer = run.trainer
     return trainer.enable_validation and trainer.num_sanity_val_steps != 0
 
 
-def fit_done(trainer: Trainer) -> str | None:
+def fit_done(run: Run) -> str | None:
     """Lightning's stop conditions, checked before each epoch; the first that holds is the reason."""
+    trainer = run.trainer
     if trainer.fit_loop.num_training_batches == 0:
         return "no training batches"
     if max_steps_reached(trainer):
@@ -36,20 +38,21 @@ def fit_done(trainer: Trainer) -> str | None:
     if max_epochs_reached(trainer):
         return f"max_epochs={trainer.max_epochs} reached"
     if trainer.should_stop and minimums_met(trainer):
-        return "should_stop was set" + (" (max_time reached)" if _out_of_time(trainer) else "")
+        return "should_stop was set" + (" (max_time reached)" if _out_of_time(run) else "")
     return None
 
 
-def _out_of_time(trainer: Trainer) -> bool:
+def _out_of_time(run: Run) -> bool:
     from stages.callbacks.timer import Timer  # only when fit stops: keeps this module free of torch
 
-    remaining = [c.time_remaining() for c in trainer.callbacks if isinstance(c, Timer)]
+    remaining = [c.time_remaining() for c in run.callbacks if isinstance(c, Timer)]
     return any(seconds is not None and seconds <= 0 for seconds in remaining)
 
 
-def should_check_val(trainer: Trainer) -> bool:
+def should_check_val(run: Run) -> bool:
     """Whether validation runs after the batch that just finished (Lightning's rules, the first match decides)."""
-    loop = trainer.fit_loop
+    trainer = run.trainer
+    loop = run.fit_loop
     if not loop.epoch_validates:
         return False
     is_last = loop.is_last_batch

@@ -59,7 +59,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if not _enabled(config):
         return
-    from statemachine.coverage import COVERAGE
+    from statemachine.engine.coverage import COVERAGE
 
     percent = COVERAGE.percent()
     config.stash[_PERCENT] = percent
@@ -72,7 +72,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     if not _enabled(config):
         return
-    from statemachine.coverage import COVERAGE
+    from statemachine.engine.coverage import COVERAGE
 
     terminalreporter.write_sep("-", "state-machine transition coverage")
     terminalreporter.write_line("\n\n".join(COVERAGE.report(table) for table in COVERAGE.tables))

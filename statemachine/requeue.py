@@ -14,13 +14,13 @@ import fsspec
 from devices.environments import SLURMEnvironment
 
 if TYPE_CHECKING:
-    from statemachine.trainer import Trainer
+    from stages.contract import TrainerView
 
 _log = logging.getLogger(__name__)
 _HPC = re.compile(r"hpc_ckpt_(\d+)\.ckpt$")
 
 
-def slurm_environment(trainer: Trainer) -> SLURMEnvironment | None:
+def slurm_environment(trainer: TrainerView) -> SLURMEnvironment | None:
     """The trainer's SLURM environment when it runs under SLURM with auto-requeue on."""
     env = trainer.strategy.cluster_environment
     if isinstance(env, SLURMEnvironment) and env.auto_requeue:
@@ -46,7 +46,7 @@ def next_hpc_path(root: str) -> str:
     return os.path.join(root, f"hpc_ckpt_{number + 1}.ckpt")
 
 
-def on_requeue_signal(trainer: Trainer, env: SLURMEnvironment) -> None:
+def on_requeue_signal(trainer: TrainerView, env: SLURMEnvironment) -> None:
     """Loggers finish, every rank saves the checkpoint together (rank 0 writes), and rank 0 requeues the job."""
     _log.info("received %s: saving an hpc checkpoint and requeueing the job", env.requeue_signal.name)
     for logger in trainer.loggers:
@@ -67,7 +67,7 @@ def on_requeue_signal(trainer: Trainer, env: SLURMEnvironment) -> None:
         _log.error("`%s` failed with code %d: %s", " ".join(command), result.returncode, result.stderr.strip())
 
 
-def resume_path(trainer: Trainer, fn: str) -> str:
+def resume_path(trainer: TrainerView, fn: str) -> str:
     found = newest_hpc_checkpoint(trainer.default_root_dir)
     if found is None:
         raise ValueError(
@@ -77,7 +77,7 @@ def resume_path(trainer: Trainer, fn: str) -> str:
     return found
 
 
-def auto_resume(trainer: Trainer) -> Any:
+def auto_resume(trainer: TrainerView) -> Any:
     """`ckpt_path=None` under SLURM with an hpc checkpoint means "hpc" (a requeued job continues by itself)."""
     if slurm_environment(trainer) is None:
         return None

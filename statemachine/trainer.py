@@ -10,21 +10,19 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 import devices
 from stages import configuration, data
-from stages.callbacks.callback import Callback, Checkpoint
+from stages.callbacks.callback import Callback, Checkpoint, checkpoints_last
 from stages.callbacks.early_stopping import EarlyStopping
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.callbacks.model_summary import ModelSummary
 from stages.callbacks.progress import ProgressBar, TQDMProgressBar
 from stages.callbacks.timer import Timer, parse_duration
 from stages.combined_loader import CombinedLoader
-from stages.contract import module_of
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
@@ -37,44 +35,21 @@ from stages.optimization import LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
 from statemachine import distributed, profilers
-from statemachine import enums as states
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
-from statemachine.enums import RunningStage, TrainerFn, TrainerState
-from statemachine.history import TransitionRecord
-from statemachine.machine import Flow, table_for
+from statemachine.engine import enums as states
+from statemachine.engine.enums import RunningStage, TrainerFn, TrainerState
+from statemachine.engine.history import TransitionRecord
+from statemachine.engine.machine import Flow, table_for
+from statemachine.engine.table import TABLE, MachineTable
 from statemachine.profilers import Profiler
 from statemachine.profilers.runner import active_profiler, hook_runner
+from statemachine.run import Run
 from statemachine.signals import SignalConnector
-from statemachine.table import TABLE, MachineTable
 
 _log = logging.getLogger(__name__)
 
 # `lightning.pytorch.trainer.states` has the same path here, while this module stays a single file
 sys.modules[f"{__name__}.states"] = states
-
-
-@dataclass
-class RunContext:
-    """What one call of fit/validate/test/predict works on; dropped when the call returns."""
-
-    fn: TrainerFn
-    model: LightningModule
-    datamodule: LightningDataModule | None
-    loaders: dict[str, Any]
-    ckpt_path_arg: str | None
-    verbose: bool = True
-    return_predictions: bool = True
-    ckpt_path: str | None = None
-    checkpoint: dict[str, Any] | None = None
-    exception: BaseException | None = None
-    weights_only: bool = False
-    # The stage that was running when the exception came: users read it in on_exception and teardown, as in
-    # Lightning; once the interrupt edge is done the machine's own stage (None) shows again.
-    failed_stage: RunningStage | None = None
-    rng_state: dict[str, Any] = field(default_factory=dict)
-    results: list[dict[str, float]] = field(default_factory=list)
-    predictions: Any = None
-    model_passed: bool = True
 
 
 def _defaults_from_env(init: Callable[..., None]) -> Callable[..., None]:
@@ -160,8 +135,7 @@ class Trainer:
         self.validate_loop = EvaluationLoopView(self, "val")
         self.test_loop = EvaluationLoopView(self, "test")
         self.predict_loop = EvaluationLoopView(self, "predict")
-        self._run: RunContext | None = None
-        self._prediction_record: Any = None  # what prediction writers read during predict
+        self._run: Run | None = None
         self._model: LightningModule | None = None
         self.datamodule: LightningDataModule | None = None
         self._last_fn: TrainerFn | None = None
@@ -179,7 +153,7 @@ class Trainer:
         self.predict_dataloaders: Any = None
         self.callbacks = self._build_callbacks(config)
         self.loggers = self._build_loggers(config)
-        self._flow = Flow(self, table)
+        self._flow = Flow(table)
 
     # ---- construction -----------------------------------------------------------------------------------
 
@@ -273,7 +247,7 @@ class Trainer:
             user.append(TQDMProgressBar())
         if _flag(config.enable_model_summary, on) and not any(isinstance(c, ModelSummary) for c in user):
             user.append(ModelSummary())
-        return _checkpoints_last(user)
+        return checkpoints_last(user)
 
     def _build_loggers(self, config: TrainerConfig) -> list[Logger]:
         given = config.logger
@@ -426,7 +400,7 @@ class Trainer:
         ckpt_path: Any,
         model_passed: bool,
         **options: Any,
-    ) -> RunContext:
+    ) -> Run:
         if self._ckpt_path_user_set and ckpt_path is not None:
             warnings.warn(
                 "trainer.ckpt_path was set and a ckpt_path was passed; using the argument", TrainerWarning, stacklevel=3
@@ -435,62 +409,31 @@ class Trainer:
         chosen = ckpt_path if ckpt_path is not None or not self._ckpt_path_user_set else self._ckpt_path
         # Callbacks that run states of their own (the tuner's finders) extend the machine before the run.
         self._flow = self._flow.with_table(table_for(self._flow.table, self.callbacks))
-        self._run = RunContext(
+        run = self._run = self._flow.context = Run(
+            trainer=self,
             fn=fn,
             model=model,
             datamodule=datamodule,
             loaders=loaders,
             ckpt_path_arg=None if chosen is None else os.fspath(chosen),
+            flow=self._flow,
+            hooks=self._hooks,
+            metrics=self._metrics,
+            optimization=self._optimization,
+            signals=self._signals,
+            profiler=self._active_profiler,
+            attach=self._attach,
             model_passed=model_passed,
             **options,
         )
         self._last_fn = fn
-        run = self._run
         try:
-            distributed.run(self, trigger)
+            distributed.run(run, trigger)
         finally:
             self._run = None
             if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it
                 self._ckpt_path = run.ckpt_path
         return run
-
-    def _drive(self, trigger: str) -> None:
-        """Fire the entry event, then run each state's handler and fire the event it reports; the table's guards
-        choose where each event leads. On any exception: the `interrupt` edge, then the exception, unchanged."""
-        flow, run = self._flow, self._live_run()
-        self._signals.guard_sigint()
-        try:
-            flow.fire(trigger)
-            while not flow.spec.resting:
-                event = flow.run_handler()
-                if event is not None:  # None: the handler's poll already fired
-                    flow.fire(event)
-        except BaseException as exception:
-            if not flow.spec.resting:
-                self._interrupt(run, exception)
-            exit_request, flow.exit_request = flow.exit_request, None
-            if exit_request is not None:
-                raise exit_request from exception  # a hook asked to exit while the run shut down
-            raise
-        finally:
-            self._signals.release_sigint()
-
-    def _live_run(self) -> RunContext:
-        """The call in flight: transition callbacks and checkpoint logic only run inside one."""
-        if self._run is None:
-            raise RuntimeError("no fit/validate/test/predict call is in flight")
-        return self._run
-
-    def _interrupt(self, run: RunContext, exception: BaseException) -> None:
-        """The interrupt edge; should even that fail, the machine still rests in `interrupted`."""
-        flow = self._flow
-        run.exception = exception
-        run.failed_stage = flow.spec.stage
-        try:
-            flow.fire("interrupt", cause=exception)
-        finally:
-            if not flow.spec.resting:
-                flow.abandon(exception)
 
     def _refuse_reentry(self, trigger: str) -> None:
         # A run lasts until its entry point returns: its interrupt edge (on_exception hooks) rests in `interrupted`.
@@ -500,46 +443,13 @@ class Trainer:
                 "call it after the current run returns"
             )
 
-    # ---- the pieces transition callbacks use ------------------------------------------------------------
-
-    def _connect(self, model: LightningModule, datamodule: LightningDataModule | None) -> None:
+    def _attach(self, model: LightningModule, datamodule: LightningDataModule | None) -> None:
+        """The run's model and datamodule become this trainer's; they stay after the call returns."""
         self._model = model
         model.trainer = self
         self.datamodule = datamodule
         if datamodule is not None:
             datamodule.trainer = self
-        self._hooks.reset()
-
-    def _merge_model_callbacks(self) -> None:
-        extra = self._hooks.module("configure_callbacks")
-        extra = [extra] if isinstance(extra, Callback) else list(extra or [])
-        if extra:
-            # The module's callbacks replace the trainer's of the same class or of a parent class.
-            replaced = {type(c) for c in self.callbacks if type(c) is not Callback and _replaced_by(c, extra)}
-            self.callbacks = [c for c in self.callbacks if type(c) not in replaced] + extra
-        self.callbacks = _checkpoints_last(self.callbacks)
-        self._hooks.reset()
-
-    def _setup_optimizers(self) -> None:
-        self._optimization.setup(module_of(self))
-
-    def _collect_hparams(self) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        module = module_of(self)
-        if module._log_hyperparams:
-            params.update(module.hparams_initial)
-        if self.datamodule is not None and self.datamodule._log_hyperparams:
-            params.update(self.datamodule.hparams_initial)
-        return params
-
-    def _dump_interrupt_history(self) -> None:
-        record = self._flow.history.records[-1]
-        directory = self.log_dir or self.default_root_dir
-        # One file per rank in a multi-process run, so ranks never overwrite each other's dump.
-        rank = f"rank{self.global_rank}-" if self.world_size > 1 else ""
-        path = os.path.join(directory, f"state-history-{rank}{record.seq}.json")
-        self.history_dump_path = self.dump_history(path)
-        _log.warning("the run was interrupted; its state history is in %s", self.history_dump_path)
 
     # ---- state ------------------------------------------------------------------------------------------
 
@@ -551,6 +461,17 @@ class Trainer:
         # inlined `_stage`: `self.log` reads the state on every call
         stage = run.failed_stage if run is not None and run.failed_stage is not None else spec.stage
         return TrainerState(status=spec.status, fn=fn, stage=stage)
+
+    @property
+    def table(self) -> MachineTable:
+        """The machine table this trainer runs on (the tuner's states are added to it when a finder needs them)."""
+        return self._flow.table
+
+    @property
+    def run(self) -> Run | None:
+        """The fit/validate/test/predict call in flight (its model, data, loops' parts and results); None between
+        calls."""
+        return self._run
 
     @property
     def _stage(self) -> RunningStage | None:
@@ -804,7 +725,7 @@ class Trainer:
 
         if self._model is None:
             raise AttributeError("Trainer.save_checkpoint needs a model: call it during or after fit/validate/test")
-        content = checkpoint.dump(self, weights_only=bool(weights_only))
+        content = checkpoint.dump(self, self._hooks, self._optimization, weights_only=bool(weights_only))
         self.strategy.save_checkpoint(content, os.fspath(filepath), storage_options=storage_options)
         self.strategy.barrier("save_checkpoint")
 
@@ -844,17 +765,8 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
     return config, strategy
 
 
-def _replaced_by(callback: Callback, others: list[Callback]) -> bool:
-    """Whether some callback in `others` is of `callback`'s class or a subclass of it."""
-    return any(isinstance(other, type(callback)) for other in others)
-
-
 def _flag(value: bool | None, default: bool) -> bool:
     return default if value is None else value
-
-
-def _checkpoints_last(callbacks: list[Callback]) -> list[Callback]:
-    return [c for c in callbacks if not isinstance(c, Checkpoint)] + [c for c in callbacks if isinstance(c, Checkpoint)]
 
 
 def _check_model(model: Any, trigger: str) -> None:

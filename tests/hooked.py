@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 import statemachine as L
-from statemachine.enums import TrainerFn
+from statemachine.engine.enums import TrainerFn
 
 
 def _entry(name: str, *details: Any) -> str:

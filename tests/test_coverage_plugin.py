@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import statemachine.coverage
-from statemachine.coverage import COVERAGE, TransitionCoverage
-from statemachine.table import TABLE
+import statemachine.engine.coverage
+from statemachine.engine.coverage import COVERAGE, TransitionCoverage
+from statemachine.engine.table import TABLE
 
 pytest_plugins = ["pytester"]
 
@@ -97,7 +97,7 @@ def test_merge_refuses_bad_counts(transitions: dict, guards: dict, message: str)
 
 
 def test_coverage_is_one_process_wide_collector() -> None:
-    from statemachine import coverage
+    from statemachine.engine import coverage
 
     assert isinstance(COVERAGE, TransitionCoverage) and coverage.COVERAGE is COVERAGE
 
@@ -105,7 +105,7 @@ def test_coverage_is_one_process_wide_collector() -> None:
 # ---- the pytest plugin ------------------------------------------------------------------------------------
 
 INNER_TEST = f"""
-from statemachine.coverage import COVERAGE
+from statemachine.engine.coverage import COVERAGE
 
 def test_runs_a_little():
     COVERAGE.record_transition({FIT!r})
@@ -174,12 +174,12 @@ def test_plugin_refuses_a_threshold_outside_0_to_100(inner: pytest.Pytester) -> 
 def test_the_plugin_module_imports_neither_the_table_nor_torch() -> None:
     # Every pytest session of every user who installs the package loads the plugin, so it must stay light.
     # Loaded from its file, so that this checks the plugin's own imports, not the package's __init__.
-    plugin = Path(statemachine.coverage.__file__).with_name("pytest_plugin.py")
+    plugin = Path(statemachine.engine.coverage.__file__).parents[1] / "pytest_plugin.py"
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('transition_coverage', {str(plugin)!r})\n"
         "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-        "print(sorted({'statemachine', 'statemachine.table', 'torch'} & set(sys.modules)))\n"
+        "print(sorted({'statemachine', 'statemachine.engine.table', 'torch'} & set(sys.modules)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

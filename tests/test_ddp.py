@@ -31,9 +31,9 @@ from devices.launchers import MultiprocessingLauncher, RankFailedError
 from devices.watchdog import PeerWatch, failure_store
 from stages import samplers
 from stages.combined_loader import CombinedLoader
-from statemachine.distributed import CHECK_RANKS_VARIABLE
-from statemachine.history import load_history
-from statemachine.history import main as history_main
+from statemachine.engine.history import load_history
+from statemachine.engine.history import main as history_main
+from statemachine.run import CHECK_RANKS_VARIABLE
 
 APP = Path(__file__).with_name("ddp_app.py")
 HARD_TIMEOUT = 120  # seconds; a hang fails the test instead of the suite

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from statemachine.diagram import REPO_DIAGRAMS, View, build_graph, chain_names, main, measure_svg, render, views
-from statemachine.enums import TrainerFn
-from statemachine.history import CallbackRecord, ExceptionRecord, History
-from statemachine.table import TABLE, TransitionSpec
+from statemachine.engine.diagram import REPO_DIAGRAMS, View, build_graph, chain_names, main, measure_svg, render, views
+from statemachine.engine.enums import TrainerFn
+from statemachine.engine.history import CallbackRecord, ExceptionRecord, History
+from statemachine.engine.table import TABLE, TransitionSpec
 
 EDGE = re.compile(r'^\t+("[^"]+"|\S+) -> ("[^"]+"|\S+)(?: \[(.*)\])?$', re.MULTILINE)
 
@@ -326,7 +326,7 @@ def test_check_fails_on_an_edited_missing_or_orphaned_dot(tmp_path: Path, capsys
     (tmp_path / "trainer-tune.dot").write_text("digraph {}", encoding="utf-8")
     assert main(["--check", "-o", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert f"{fit} is out of date" in err and "python -m statemachine.diagram" in err
+    assert f"{fit} is out of date" in err and "python -m statemachine.engine.diagram" in err
     assert f"{tmp_path / 'trainer.dot'} is missing" in err
     assert f"{tmp_path / 'trainer-tune.dot'} shows no view of the table" in err
     assert "trainer-test.dot" not in err
@@ -334,7 +334,7 @@ def test_check_fails_on_an_edited_missing_or_orphaned_dot(tmp_path: Path, capsys
 
 def test_check_runs_as_a_program_in_a_fresh_process() -> None:
     # A fresh interpreter (new hash seed) must produce the DOT that was committed from another one.
-    command = [sys.executable, "-m", "statemachine.diagram", "--check"]
+    command = [sys.executable, "-m", "statemachine.engine.diagram", "--check"]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
 

@@ -12,10 +12,10 @@ from conftest import TinyModel, make_loader, quiet_trainer, run_example
 
 import statemachine as L
 from statemachine.config import InvalidTrainerArguments
-from statemachine.coverage import COVERAGE
-from statemachine.diagram import build_graph
-from statemachine.history import check_path
-from statemachine.history import main as history_main
+from statemachine.engine.coverage import COVERAGE
+from statemachine.engine.diagram import build_graph
+from statemachine.engine.history import check_path
+from statemachine.engine.history import main as history_main
 
 STOP = L.TABLE.by_key["epoch_boundary: fitting.training -> finished [fit_done]"]
 WARMUP_EDGE = "train_ready: fitting.train_setup -> fitting.warming_up [needs_warmup]"
@@ -35,26 +35,26 @@ def training_stage(name: str, handler: str) -> L.StateSpec:
 # ---- a warm-up stage: a few batches at a low learning rate before training starts --------------------------
 
 
-def needs_warmup(trainer: Any) -> bool:
-    return trainer.lightning_module.warmup_batches > 0 and not fit_done_now(trainer)
+def needs_warmup(run: Any) -> bool:
+    return run.model.warmup_batches > 0 and not fit_done_now(run)
 
 
-def fit_done_now(trainer: Any) -> bool:
+def fit_done_now(run: Any) -> bool:
     from statemachine.guards import fit_done
 
-    return bool(fit_done(trainer))
+    return bool(fit_done(run))
 
 
-def warm_up(trainer: Any) -> str:
+def warm_up(run: Any) -> str:
     """`fitting.warming_up`: the module's warm-up batches, without an optimizer step counted by the trainer."""
-    module = trainer.lightning_module
-    for x, _ in list(trainer.train_dataloader)[: module.warmup_batches]:
+    module = run.model
+    for x, _ in list(run.trainer.train_dataloader)[: module.warmup_batches]:
         module.warmed.append(float(module.layer(x).sum().detach()))
     return "warmed_up"
 
 
-def note_warmup(trainer: Any) -> str:
-    return f"warm-up ran {len(trainer.lightning_module.warmed)} batches"
+def note_warmup(run: Any) -> str:
+    return f"warm-up ran {len(run.model.warmed)} batches"
 
 
 WARMUP = L.TABLE.extend(
@@ -198,7 +198,7 @@ def test_bad_edits_are_named() -> None:
     with pytest.raises(ValueError, match="add_after: no transition 'go: a -> b'"):
         L.TABLE.extend(add_after={"go: a -> b": ("x",)})
     with pytest.raises(ValueError, match="lambdas and nested functions cannot"):
-        L.TABLE.extend(callbacks={"x": lambda trainer: None})
+        L.TABLE.extend(callbacks={"x": lambda run: None})
 
 
 def test_a_path_that_does_not_import_is_refused_when_the_trainer_is_built(tmp_path: Any) -> None:
@@ -223,12 +223,12 @@ def test_callbacks_added_to_an_existing_edge_run_there(tmp_path: Any) -> None:
 # ---- a per-batch stage of the user's, polled with validation --------------------------------------------
 
 
-def probe_due(trainer: Any) -> bool:
-    return trainer.fit_loop.batch_idx == 1
+def probe_due(run: Any) -> bool:
+    return run.fit_loop.batch_idx == 1
 
 
-def probe(trainer: Any) -> str:
-    trainer.lightning_module.probed_at.append((trainer.fit_loop.batch_idx, trainer.global_step))
+def probe(run: Any) -> str:
+    run.model.probed_at.append((run.fit_loop.batch_idx, run.trainer.global_step))
     return "probed"
 
 
@@ -304,10 +304,10 @@ def test_a_callbacks_extend_table_extends_the_machine_before_the_run(tmp_path: A
     trainer = quiet_trainer(tmp_path, limit_train_batches=2)
     model = WarmModel(warmup_batches=1)
     trainer.validate(model, make_loader())
-    assert trainer._flow.table is L.TABLE
+    assert trainer.table is L.TABLE
     trainer.callbacks.append(NeedsWarmup())
     trainer.fit(model, make_loader())
-    assert trainer._flow.table is WARMUP and len(model.warmed) == 1
+    assert trainer.table is WARMUP and len(model.warmed) == 1
     # one history across the change: both runs, a legal path through the extended table
     assert [r.trigger for r in trainer.history][:2] == ["validate", "finish"]
     assert "fitting.warming_up" in [r.end_state for r in trainer.history]

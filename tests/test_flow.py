@@ -10,8 +10,8 @@ import pytest
 from conftest import Boom, TinyModel, make_loader, quiet_trainer
 
 import statemachine as L
-from statemachine.history import check_path, load_history
-from statemachine.table import TABLE
+from statemachine.engine.history import check_path, load_history
+from statemachine.engine.table import TABLE
 
 
 class StateProbe(L.Callback):
@@ -288,7 +288,7 @@ def test_history_dump_is_json_with_version_and_table_hash(tmp_path: Any) -> None
 
 
 def test_history_cli_shows_the_run(tmp_path: Any, capsys: Any) -> None:
-    from statemachine.history import main
+    from statemachine.engine.history import main
 
     trainer = quiet_trainer(tmp_path, limit_train_batches=1)
     with pytest.raises(Boom):

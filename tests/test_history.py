@@ -11,7 +11,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from statemachine.history import (
+from statemachine.engine.history import (
     FORMAT_VERSION,
     CallbackRecord,
     ExceptionRecord,
@@ -25,7 +25,7 @@ from statemachine.history import (
     main,
     warn_on_table_mismatch,
 )
-from statemachine.table import TABLE
+from statemachine.engine.table import TABLE
 
 # A fit with a sanity check, a mid-epoch validation, a second epoch and the stop: (trigger, dest, guards).
 FIT_PATH = [

@@ -16,7 +16,7 @@ import pytest
 from conftest import Boom, TinyModel, make_loader, quiet_trainer
 
 import statemachine as L
-from statemachine.history import check_path, load_history
+from statemachine.engine.history import check_path, load_history
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

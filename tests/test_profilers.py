@@ -151,9 +151,16 @@ def test_profiler_names(tmp_path: Path, name: str, kind: type) -> None:
 
 
 def test_no_profiler_keeps_the_plain_hook_runner(tmp_path: Path) -> None:
-    trainer = quiet_trainer(tmp_path)
+    seen: list[type] = []
+
+    class RunnerProbe(L.Callback):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            seen.append(type(trainer.run.hooks))
+
+    trainer = quiet_trainer(tmp_path, callbacks=[RunnerProbe()], max_epochs=1, limit_train_batches=1)
     assert isinstance(trainer.profiler, PassThroughProfiler)
-    assert type(trainer._hooks) is HookRunner  # nothing timed per batch
+    trainer.fit(TinyModel(), make_loader())
+    assert seen == [HookRunner]  # nothing timed per batch
 
 
 def test_bad_profiler_values_are_refused(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from conftest import Boom, TinyModel, make_loader, quiet_trainer
 from moto import server as moto_server
 
 from devices.checkpoint_io import load_checkpoint
-from statemachine.history import check_path, load_history
+from statemachine.engine.history import check_path, load_history
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from pathlib import Path
 from conftest import REPO
 
 import statemachine as L
-from statemachine.binding import bind
+from statemachine.engine.binding import bind
 
 
 def test_importing_the_table_loads_no_torch_and_no_trainer() -> None:
     code = (
-        "import sys, statemachine.table; print(sorted(m for m in sys.modules "
+        "import sys, statemachine.engine.table; print(sorted(m for m in sys.modules "
         "if m.split('.')[0] in ('torch', 'stages', 'devices') or m == 'statemachine.trainer'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)

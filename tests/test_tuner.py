@@ -14,10 +14,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import statemachine as L
 from statemachine.callbacks import BatchSizeFinder, LearningRateFinder
-from statemachine.diagram import build_graph
-from statemachine.diagram import main as diagram_main
-from statemachine.history import check_path
-from statemachine.history import main as history_main
+from statemachine.engine.diagram import build_graph
+from statemachine.engine.diagram import main as diagram_main
+from statemachine.engine.history import check_path
+from statemachine.engine.history import main as history_main
 from statemachine.tuner import TUNER_TABLE, Tuner
 
 sys.path.insert(0, str(REPO))  # imported as `examples.digits`, the name the CLI tests use: one module, not two
@@ -53,7 +53,7 @@ def test_lr_find_on_digits_finds_a_rate_and_restores_everything(tmp_path: Any) -
         logger=False,
     )
     callbacks = list(trainer.callbacks)
-    assert trainer._flow.table is L.TABLE  # the built-in table until a search needs the tuning states
+    assert trainer.table is L.TABLE  # the built-in table until a search needs the tuning states
     model, data = DigitsClassifier(), DigitsData(batch_size=32)
     before = weights(model)
 

@@ -93,3 +93,8 @@ class Callback:
 
 class Checkpoint(Callback):
     """Marker base for checkpointing callbacks: they run last in `on_train_epoch_end` and in the callback list."""
+
+
+def checkpoints_last(callbacks: list[Callback]) -> list[Callback]:
+    """The callbacks with every checkpoint callback moved to the end, so they see what the others logged."""
+    return [c for c in callbacks if not isinstance(c, Checkpoint)] + [c for c in callbacks if isinstance(c, Checkpoint)]

@@ -11,6 +11,7 @@ import torch
 from torch.optim import Optimizer
 
 from stages.callbacks.callback import Callback
+from stages.contract import run_of
 from stages.exceptions import MisconfigurationException
 
 _INTERVALS = (None, "step", "epoch")
@@ -67,7 +68,7 @@ class LearningRateMonitor(Callback):
             return
         device = trainer.strategy.root_device
         values = {name: torch.tensor(value, device=device) for name, value in stats.items()}
-        trainer._metrics.publish(values, to_callbacks=True, to_logged=False)
+        run_of(trainer).metrics.publish(values, to_callbacks=True, to_logged=False)
         for logger in trainer.loggers:
             logger.log_metrics(stats, step=trainer.fit_loop.batches_that_stepped)
 

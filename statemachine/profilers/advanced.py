@@ -9,7 +9,7 @@ import os
 import pstats
 import re
 
-from statemachine.history import write_atomic
+from statemachine.engine.history import write_atomic
 from statemachine.profilers.base import Profiler
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import fsspec
 
-from statemachine.history import join_path, write_atomic
+from statemachine.engine.history import join_path, write_atomic
 
 
 class Profiler(ABC):

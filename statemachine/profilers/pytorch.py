@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from statemachine.history import write_atomic
+from statemachine.engine.history import write_atomic
 from statemachine.profilers.base import Profiler
 
 _STEP_ACTIONS = (".training_step", ".validation_step", ".test_step", ".predict_step")

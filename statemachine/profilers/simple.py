@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from statemachine.profilers.base import Profiler
 
 if TYPE_CHECKING:
-    from statemachine.history import TransitionRecord
+    from statemachine.engine.history import TransitionRecord
 
 
 class SimpleProfiler(Profiler):

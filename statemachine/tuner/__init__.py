@@ -1,5 +1,5 @@
 """`lightning.pytorch.tuner`: `Tuner` (learning-rate and batch-size searches), and `TUNER_TABLE`, the built-in
-table with the tuning states (`python -m statemachine.diagram --table statemachine.tuner:TUNER_TABLE`)."""
+table with the tuning states (`python -m statemachine.engine.diagram --table statemachine.tuner:TUNER_TABLE`)."""
 
 from statemachine._exports import lazy_exports
 

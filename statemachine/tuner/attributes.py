@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
+LR_ATTRIBUTES = ("lr", "learning_rate")
+
 
 def _holders(model: Any, name: str) -> list[Any]:
     holders: list[Any] = []
@@ -55,3 +57,21 @@ def lightning_setattr(model: Any, name: str, value: Any) -> None:
 
 def _missing(name: str) -> str:
     return f"{name!r} is neither an attribute of the model, nor in its hparams, nor on the datamodule or its hparams"
+
+
+def lr_attribute(model: Any, attr_name: str) -> str:
+    """The name the found rate is written to: `attr_name`, else the first of `lr`, `learning_rate` present."""
+    if attr_name:
+        if not lightning_hasattr(model, attr_name):
+            raise AttributeError(
+                f"The attribute name for the learning rate was set to {attr_name!r}, but it is neither on the "
+                "model nor in its hparams (nor on the datamodule)"
+            )
+        return attr_name
+    found = next((name for name in LR_ATTRIBUTES if lightning_hasattr(model, name)), None)
+    if found is None:
+        raise AttributeError(
+            f"When using the learning rate finder, the model or model.hparams needs one of {LR_ATTRIBUTES}; "
+            "for another name, set it with lr_find(attr_name=...) or update_attr=False"
+        )
+    return found

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from stages.callbacks.callback import Callback
 from stages.exceptions import MisconfigurationException
-from statemachine.table import MachineTable
+from statemachine.engine.table import MachineTable
+from statemachine.tuner.attributes import lr_attribute
 from statemachine.tuner.lr_finder import SWEEP_MODES, LRFinder, SweepMode
-from statemachine.tuner.search import lr_attribute
 from statemachine.tuner.table import with_tuning
 
 if TYPE_CHECKING:
+    from stages.contract import TrainerView
+    from statemachine.run import Run
     from statemachine.trainer import Trainer
 
 ScaleMode = Literal["power", "binsearch"]
@@ -36,18 +38,19 @@ class _Finder(Callback):
         return with_tuning(table)
 
     def _request(self, trainer: Trainer) -> None:
-        where = trainer._flow.machine_state
-        if where != "fitting.setup":
+        run = trainer.run
+        where = "idle" if run is None else run.flow.machine_state
+        if run is None or where != "fitting.setup":
             raise MisconfigurationException(
                 f"{type(self).__name__}.{self._search} runs at fit start (from on_fit_start); searching from state "
                 f"{where!r} is not supported yet"
             )
-        self._requested_run = trainer._run
+        self._requested_run = run
 
-    def requested_in(self, trainer: Trainer) -> bool:
-        return self._requested_run is not None and self._requested_run is trainer._run
+    def requested_in(self, run: Run) -> bool:
+        return self._requested_run is run
 
-    def after_restore(self, trainer: Trainer) -> None:
+    def after_restore(self, trainer: TrainerView) -> None:
         """Once the state before the search is back: what the found value changes in the restored trainer
         (nothing by default: a batch size takes effect when fit loads its data)."""
 
@@ -94,7 +97,7 @@ class LearningRateFinder(_Finder):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self.lr_find(trainer, pl_module)
 
-    def after_restore(self, trainer: Trainer) -> None:
+    def after_restore(self, trainer: TrainerView) -> None:
         """The optimizer was built before the sweep: fit goes on with the suggested rate."""
         if not self.update_attr or self.optimal_lr is None:
             return

@@ -16,44 +16,43 @@ import torch
 
 from stages import data
 from stages.callbacks.callback import Callback
+from stages.contract import TrainerView
 from stages.evaluation import run_test, run_validate
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.loggers import DummyLogger
 from stages.optimization import LRSchedulerConfig
 from stages.prediction import run_predict
 from statemachine.guards import fit_done
-from statemachine.tuner.attributes import lightning_hasattr, lightning_setattr
+from statemachine.tuner.attributes import lightning_hasattr, lightning_setattr, lr_attribute
 from statemachine.tuner.lr_finder import LossRecorder, LRFinder, SweepLR
 
 if TYPE_CHECKING:
-    from statemachine.trainer import Trainer
+    from statemachine.run import Run
     from statemachine.tuner.callbacks import BatchSizeFinder, LearningRateFinder
 
 _log = logging.getLogger(__name__)
 
-LR_ATTRIBUTES = ("lr", "learning_rate")
-
-
 # ---- shared -----------------------------------------------------------------------------------------------
 
 
-def isolate(trainer: Trainer, callbacks: list[Callback]) -> None:
+def isolate(run: Run, callbacks: list[Callback]) -> None:
     """Only the search's own callback runs, and nothing reaches the loggers."""
+    trainer = run.trainer
     trainer.callbacks = callbacks
     if trainer.loggers:
         trainer.loggers = [DummyLogger()]
     trainer.should_stop = False
-    trainer._hooks.reset()
+    run.hooks.reset()
 
 
-def load_training_data(trainer: Trainer) -> None:
+def load_training_data(trainer: TrainerView) -> None:
     # The fit reloads its data after the search and warns about it there, where the warnings are about the run.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PossibleUserWarning)
         trainer.fit_loop.load_train_data()
 
 
-def skipped_for_fast_dev_run(trainer: Trainer, what: str) -> bool:
+def skipped_for_fast_dev_run(trainer: TrainerView, what: str) -> bool:
     if trainer.fast_dev_run:
         warnings.warn(f"Skipping the {what} since fast_dev_run is enabled", TrainerWarning, stacklevel=3)
     return bool(trainer.fast_dev_run)
@@ -62,31 +61,14 @@ def skipped_for_fast_dev_run(trainer: Trainer, what: str) -> bool:
 # ---- learning rate ----------------------------------------------------------------------------------------
 
 
-def lr_attribute(model: Any, attr_name: str) -> str:
-    """The name the found rate is written to: `attr_name`, else the first of `lr`, `learning_rate` present."""
-    if attr_name:
-        if not lightning_hasattr(model, attr_name):
-            raise AttributeError(
-                f"The attribute name for the learning rate was set to {attr_name!r}, but it is neither on the "
-                "model nor in its hparams (nor on the datamodule)"
-            )
-        return attr_name
-    found = next((name for name in LR_ATTRIBUTES if lightning_hasattr(model, name)), None)
-    if found is None:
-        raise AttributeError(
-            f"When using the learning rate finder, the model or model.hparams needs one of {LR_ATTRIBUTES}; "
-            "for another name, set it with lr_find(attr_name=...) or update_attr=False"
-        )
-    return found
-
-
-def lr_search(trainer: Trainer, finder: LearningRateFinder) -> LRFinder | None:
+def lr_search(run: Run, finder: LearningRateFinder) -> LRFinder | None:
     """Sweep the rate from `min_lr` to `max_lr` over `num_training` steps, recording the smoothed loss."""
+    trainer = run.trainer
     if skipped_for_fast_dev_run(trainer, "learning rate finder"):
         return None
     model = trainer.lightning_module
     assert model is not None, "the search runs inside fit"
-    optimization = trainer._optimization
+    optimization = run.optimization
     if not model.automatic_optimization:
         raise MisconfigurationException("the learning rate finder needs automatic optimization")
     if len(optimization.optimizers) != 1:
@@ -100,12 +82,12 @@ def lr_search(trainer: Trainer, finder: LearningRateFinder) -> LRFinder | None:
     sweep = SweepLR(optimizer, finder.max_lr, finder.num_training, finder.mode)
     optimization.lr_scheduler_configs = [LRSchedulerConfig(sweep, interval="step")]
     recorder = LossRecorder(finder.early_stop_threshold)
-    isolate(trainer, [recorder])
+    isolate(run, [recorder])
     start = trainer.global_step
     # `num_training` steps, across epochs when the loader is shorter: only the step count bounds the sweep.
     trainer.max_steps, trainer.max_epochs = start + finder.num_training, -1
     load_training_data(trainer)
-    while not fit_done(trainer):
+    while not fit_done(run):
         trainer.fit_loop.run_epoch()
     steps = trainer.global_step - start
     if steps < finder.num_training:
@@ -142,14 +124,14 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
+def batch_size_search(run: Run, finder: BatchSizeFinder) -> int | None:
     """Grow the batch size from `init_val` until a trial runs out of memory (or the dataset is exhausted); the
     largest size whose trial ran is written to `batch_arg_name` and returned. A trial is `steps_per_trial`
     training steps (fit), or that many batches of the run's own stage (validate, test, predict)."""
+    trainer = run.trainer
     if skipped_for_fast_dev_run(trainer, "batch size finder"):
         return None
     model = trainer.lightning_module
-    run = trainer._live_run()
     name = finder.batch_arg_name
     stage = trainer.state.stage
     assert stage is not None, "a tuning state runs as a stage"
@@ -161,8 +143,8 @@ def batch_size_search(trainer: Trainer, finder: BatchSizeFinder) -> int | None:
         )
     if not lightning_hasattr(model, name):
         raise MisconfigurationException(f"Field {name!r} not found in the model, the datamodule, nor their hparams")
-    isolate(trainer, [])
-    run_stage = _trial_runner(trainer, kind, finder.steps_per_trial)
+    isolate(run, [])
+    run_stage = _trial_runner(run, kind, finder.steps_per_trial)
     tried: list[int] = []
 
     def trial(size: int) -> BaseException | None:
@@ -229,8 +211,9 @@ def _binsearch(trial: Trial, cap: Callable[[int], int], size: int, max_trials: i
 _STAGES = {"val": run_validate, "test": run_test, "predict": run_predict}
 
 
-def _trial_runner(trainer: Trainer, kind: str, steps: int) -> Callable[[], None]:
+def _trial_runner(run: Run, kind: str, steps: int) -> Callable[[], None]:
     """One trial: `steps` training steps through the fit loop, or `steps` batches of the stage's own handler."""
+    trainer = run.trainer
     if kind == "train":
         trainer.limit_train_batches = 1.0
 
@@ -241,23 +224,22 @@ def _trial_runner(trainer: Trainer, kind: str, steps: int) -> Callable[[], None]
 
         return train
     setattr(trainer, f"limit_{kind}_batches", steps)
-    run = trainer._live_run()
     run.verbose = run.return_predictions = False
     handler = _STAGES[kind]
 
     def evaluate() -> None:
-        handler(trainer)
+        handler(run)
         if len(data.as_list(_loaders(trainer, kind))) > 1:
             raise MisconfigurationException(f"The batch size finder cannot be used with several {kind} dataloaders")
 
     return evaluate
 
 
-def _loaders(trainer: Trainer, kind: str) -> Any:
+def _loaders(trainer: TrainerView, kind: str) -> Any:
     return trainer.train_dataloader if kind == "train" else getattr(trainer, f"{kind}_dataloaders")
 
 
-def _capped(trainer: Trainer, kind: str, size: int) -> int:
+def _capped(trainer: TrainerView, kind: str, size: int) -> int:
     """A batch larger than the dataset cannot grow any more (a dataset without a length does not cap it)."""
     loaders = data.as_list(_loaders(trainer, kind))
     dataset = getattr(loaders[0], "dataset", None) if loaders else None

@@ -10,8 +10,8 @@ run (`fitting.setup` for the next search or the fit itself, or `validating`/`tes
 
 from __future__ import annotations
 
-from statemachine.enums import TrainerStatus
-from statemachine.table import RESTING_SOURCES, TABLE, MachineTable, StateSpec, TransitionSpec, module_paths
+from statemachine.engine.enums import TrainerStatus
+from statemachine.engine.table import RESTING_SOURCES, TABLE, MachineTable, StateSpec, TransitionSpec, module_paths
 
 _ACTIONS = "statemachine.tuner.actions"
 # What a run that the tuner ends early still does, in Lightning's order: the teardown hooks, the loggers'

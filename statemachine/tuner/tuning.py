@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from stages.exceptions import MisconfigurationException
-from statemachine.table import ENTRY_TRIGGERS
+from statemachine.engine.table import ENTRY_TRIGGERS
 from statemachine.tuner.callbacks import BatchSizeFinder, LearningRateFinder, ScaleMode, _Finder
 from statemachine.tuner.lr_finder import LRFinder, SweepMode
 

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import statemachine as L
-from statemachine.history import load_history
+from statemachine.engine.history import load_history
 
 
 class SlowShutdown(L.Callback):

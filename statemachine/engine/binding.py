@@ -1,6 +1,6 @@
 """Binding a table to code: every guard, callback and handler name resolved to the function its path names.
 
-The table (`statemachine.table`) is data and imports nothing that runs; this is where its names meet code. A
+The table (`statemachine.engine.table`) is data and imports nothing that runs; this is where its names meet code. A
 name that does not resolve is an error naming every such name, raised when a trainer is built on the table.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from statemachine.table import MachineTable
+from statemachine.engine.table import MachineTable
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ each callback with its duration, the trainer's position (epoch, step, batch, ran
 Dumps are JSON written through fsspec (local paths, `memory://`, `s3://`, ...), stamped with a format version
 and the table's digest so a dump can be checked against the table it ran on:
 
-    python -m statemachine.history show run.json     # a readable table
-    python -m statemachine.history check run.json    # is this a legal path through the table?
+    python -m statemachine.engine.history show run.json     # a readable table
+    python -m statemachine.engine.history check run.json    # is this a legal path through the table?
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field, ValidationError
 
 from stages.exceptions import TrainerWarning
-from statemachine.table import TABLE, MachineTable, TransitionSpec
+from statemachine.engine.table import TABLE, MachineTable, TransitionSpec
 
 FORMAT_VERSION = 1
 
@@ -378,7 +378,7 @@ def _detail_lines(record: TransitionRecord) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m statemachine.history", description="Inspect a state-machine history dump."
+        prog="python -m statemachine.engine.history", description="Inspect a state-machine history dump."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
@@ -409,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def load_table(path: str) -> MachineTable:
     """The table at `module:attribute` (a user's extended table, for the command-line tools)."""
-    from statemachine.binding import resolve_object
+    from statemachine.engine.binding import resolve_object
 
     table = resolve_object(path)
     if not isinstance(table, MachineTable):

@@ -1,9 +1,9 @@
 """The trainer's machine as data: states, transitions and the names of what runs on them.
 
-This table is the single source of truth for the runtime machine (`statemachine.machine`), the diagrams
-(`statemachine.diagram`), transition coverage and the history's legality check. It is plain data: guards,
+This table is the single source of truth for the runtime machine (`statemachine.engine.machine`), the diagrams
+(`statemachine.engine.diagram`), transition coverage and the history's legality check. It is plain data: guards,
 callbacks and handlers appear by name, each name mapped to an import path (`module:attribute`). The paths are
-resolved where the table is bound to a trainer (`statemachine.binding`), so this module imports no torch and
+resolved where the table is bound to a trainer (`statemachine.engine.binding`), so this module imports no torch and
 nothing that imports the Trainer.
 
 `MachineTable.extend` derives a new table from this one (users' own states, edges, guards and callbacks); the
@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from statemachine.enums import RunningStage, TrainerFn, TrainerStatus
+from statemachine.engine.enums import RunningStage, TrainerFn, TrainerStatus
 
 SEPARATOR = "."
 

@@ -1,9 +1,9 @@
 """Render the machine's table as Graphviz diagrams, optionally overlaid with a run's history.
 
-    python -m statemachine.diagram                      # diagrams/trainer*.{dot,svg,png}
-    python -m statemachine.diagram --check              # are the committed DOT files fresh?
-    python -m statemachine.diagram --measure            # each SVG's width and smallest font at README width
-    python -m statemachine.diagram --history run.json -o run.svg
+    python -m statemachine.engine.diagram                      # diagrams/trainer*.{dot,svg,png}
+    python -m statemachine.engine.diagram --check              # are the committed DOT files fresh?
+    python -m statemachine.engine.diagram --measure            # each SVG's width and smallest font at README width
+    python -m statemachine.engine.diagram --history run.json -o run.svg
 
 Two kinds of diagram, so each stays legible at a README's column width: the overview (`trainer`) shows the
 whole table with every long callback chain folded into a named group, and one diagram per trainer function
@@ -26,14 +26,14 @@ from pathlib import Path
 
 import graphviz
 
-from statemachine.enums import TrainerFn, TrainerStatus
-from statemachine.history import HistoryDump, load_history, load_table, warn_on_table_mismatch, write_atomic
-from statemachine.table import TABLE, MachineTable, StateSpec, TransitionSpec
+from statemachine.engine.enums import TrainerFn, TrainerStatus
+from statemachine.engine.history import HistoryDump, load_history, load_table, warn_on_table_mismatch, write_atomic
+from statemachine.engine.table import TABLE, MachineTable, StateSpec, TransitionSpec
 
-REPO_DIAGRAMS = Path(__file__).resolve().parents[1] / "diagrams"
+REPO_DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 BASENAME = "trainer"
 FORMATS = ("dot", "svg", "png")
-REGENERATE = "python -m statemachine.diagram"
+REGENERATE = "python -m statemachine.engine.diagram"
 INSTALL_DOT = "SVG/PNG need Graphviz's `dot` program (e.g. apt-get install graphviz)"
 README_COLUMN_PX = 800  # the width a README column gives an embedded image
 
@@ -560,7 +560,7 @@ def check(directory: str | os.PathLike[str] = REPO_DIAGRAMS, table: MachineTable
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m statemachine.diagram",
+        prog="python -m statemachine.engine.diagram",
         description="Render the trainer's state machine (DOT, SVG, PNG: an overview and one diagram per "
         "trainer function), check the committed DOT files, measure the SVGs, or overlay a history dump.",
     )

@@ -15,19 +15,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple, Protocol
 
 from transitions.core import MachineError
 from transitions.extensions.nesting import HierarchicalMachine, NestedState, NestedTransition
 
-from statemachine import distributed
-from statemachine.binding import bind
-from statemachine.coverage import COVERAGE, TransitionCoverage
-from statemachine.history import CallbackRecord, ExceptionRecord, GuardRecord, History, TransitionRecord
-from statemachine.table import SEPARATOR, TABLE, MachineTable, StateSpec, TransitionSpec
-
-if TYPE_CHECKING:
-    from statemachine.trainer import Trainer
+from statemachine.engine.binding import bind
+from statemachine.engine.coverage import COVERAGE, TransitionCoverage
+from statemachine.engine.history import CallbackRecord, ExceptionRecord, GuardRecord, History, TransitionRecord
+from statemachine.engine.table import SEPARATOR, TABLE, MachineTable, StateSpec, TransitionSpec
 
 _log = logging.getLogger(__name__)
 _MACHINE_NAME = "statemachine"
@@ -44,6 +40,32 @@ class _QuietForOurMachines(logging.Filter):
 
 for _name in ("transitions.core", "transitions.extensions.nesting"):
     logging.getLogger(_name).addFilter(_QuietForOurMachines())
+
+
+class Position(NamedTuple):
+    """Where a run is when an event fires, as its history record keeps it."""
+
+    epoch: int
+    global_step: int
+    batch_idx: int | None  # None outside an epoch's batches
+    rank: int
+
+
+class FlowContext(Protocol):
+    """What the machine needs of the run it drives. Guards, transition callbacks and stage handlers receive it."""
+
+    @property
+    def multi_process(self) -> bool: ...
+
+    def position(self) -> Position: ...
+
+    def agree(self, value: bool, all_ranks: bool) -> bool:
+        """`value` reduced across ranks: True when every rank's is (`all_ranks`) or when any rank's is."""
+        ...
+
+    def edge_taken(self, key: str) -> None:
+        """Called for each edge the machine takes, before its callbacks (a debug check that ranks agree)."""
+        ...
 
 
 class FlowError(RuntimeError):
@@ -68,21 +90,21 @@ class _Machine(HierarchicalMachine):
 
 
 class Flow:
-    """Holds the machine's state for one trainer and fires events on it."""
+    """Holds the machine's state for one trainer and fires events on it, for the run `context` set on it."""
 
     # Bound by `transitions` on construction: the current state's name, and the method that fires an event.
     machine_state: str
     trigger: Callable[..., bool]
+    # The run in flight: what guards, callbacks and handlers receive. Set for each call, before its first event.
+    context: FlowContext
 
     def __init__(
         self,
-        trainer: Trainer,
         table: MachineTable = TABLE,
         coverage: TransitionCoverage = COVERAGE,
         state: str | None = None,
     ):
         """`state`: where the machine starts (the table's initial state by default)."""
-        self.trainer = trainer
         self.table = table
         self.history = History()
         self._coverage = coverage
@@ -108,7 +130,6 @@ class Flow:
         # A KeyboardInterrupt or SystemExit that a best-effort step swallowed so the edge could finish; the driver
         # raises it once the edge is done.
         self.exit_request: BaseException | None = None
-        self.check_ranks = distributed.checking_ranks()
         _Machine(
             model=self,
             states=_nested_states(table),
@@ -135,7 +156,7 @@ class Flow:
             raise FlowError(f"internal error: the table cannot change while the machine runs ({self.machine_state!r})")
         if self.machine_state not in table.by_name:
             raise ValueError(f"table {table.name!r} has no state {self.machine_state!r}, where the machine rests")
-        flow = Flow(self.trainer, table, self._coverage, state=self.machine_state)
+        flow = Flow(table, self._coverage, state=self.machine_state)
         flow.history = self.history
         return flow
 
@@ -143,7 +164,7 @@ class Flow:
         """Run the current state's stage handler; it returns the event to fire (None: a poll already fired)."""
         handler = self.spec.handler
         assert handler is not None, "the driver runs handlers of running states only; every one has a handler"
-        return self._handlers[handler](self.trainer)
+        return self._handlers[handler](self.context)
 
     # ---- deciding ---------------------------------------------------------------------------------------
 
@@ -153,10 +174,10 @@ class Flow:
         A guard may return a string: it passes when non-empty, and the string is the reason recorded.
         """
         predicate, all_ranks, tally = self._guards[name]
-        result = predicate(self.trainer)
+        result = predicate(self.context)
         value = bool(result)
         if all_ranks is not None and self._multi_process:
-            value = self.trainer.strategy.reduce_boolean_decision(value, all=all_ranks)
+            value = self.context.agree(value, all_ranks)
         tally[value] += 1
         return value, result if isinstance(result, str) else None
 
@@ -208,15 +229,11 @@ class Flow:
         `cause` is the exception an `interrupt` answers: it goes into the record, so a dump says why.
         `decided` holds guard outcomes a poll already evaluated, so no guard runs twice for one decision.
         """
-        trainer = self.trainer
-        self._multi_process = trainer.world_size > 1
+        context = self.context
+        self._multi_process = context.multi_process
+        epoch, global_step, batch_idx, rank = context.position()
         record = self.history.open(
-            trigger,
-            self.machine_state,
-            epoch=trainer.current_epoch,
-            global_step=trainer.global_step,
-            batch_idx=trainer.fit_loop.batch_idx if trigger == "val_check" else None,
-            rank=trainer.global_rank,
+            trigger, self.machine_state, epoch=epoch, global_step=global_step, batch_idx=batch_idx, rank=rank
         )
         if cause is not None:
             record.exception = ExceptionRecord.from_exception(cause)
@@ -245,7 +262,7 @@ class Flow:
         """Last resort when the interrupt edge itself could not run: rest in `interrupted`, and say so in the
         history, so the trainer accepts its next call."""
         record = self.history.open(
-            "interrupt", self.machine_state, epoch=0, global_step=0, batch_idx=None, rank=self.trainer.global_rank
+            "interrupt", self.machine_state, epoch=0, global_step=0, batch_idx=None, rank=self.context.position().rank
         )
         record.exception = ExceptionRecord.from_exception(cause)
         self.machine_state = record.dest = "interrupted"
@@ -267,8 +284,8 @@ class Flow:
         event.kwargs["record"].transition = spec.key
         self._coverage.record_transition(spec.key)
         # A failure is one rank's own path; every other edge must be the same on all ranks.
-        if self.check_ranks and spec.trigger != "interrupt":
-            distributed.check_same_edge(self.trainer, spec.key)
+        if spec.trigger != "interrupt":
+            self.context.edge_taken(spec.key)
 
     def _close_record(self, event: Any) -> None:
         record: TransitionRecord = event.kwargs["record"]
@@ -318,7 +335,7 @@ class _Callback:
         error: BaseException | None = None
         note = None
         try:
-            result = self.action(self.flow.trainer)
+            result = self.action(self.flow.context)
             note = result if isinstance(result, str) else None
         except BaseException as exc:
             error = exc

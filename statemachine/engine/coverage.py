@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from statemachine.table import TABLE, MachineTable
+from statemachine.engine.table import TABLE, MachineTable
 
 
 class TransitionCoverage:
