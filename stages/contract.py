@@ -1,9 +1,11 @@
-"""The contract between the planes: what the stages may use of the Trainer, as typed Protocols.
+"""The contract between the planes, as typed Protocols: what the loops in `stages` and the machine's callbacks in
+`statemachine` may use of the Trainer, of the run in flight, and of the loops' parts.
 
-The Trainer (in `statemachine`) implements `TrainerView`; the loops, hooks, logging and optimization in `stages`
-take a `TrainerView` and use nothing else of it, so mypy catches a misspelled or missing member, and the
-Trainer's other internals can change freely. The underscored members are the planes' shared internals (the hook
-runner, the logged metrics, the optimizers, the run in flight, the machine); users' code never needs them.
+The Trainer (in `statemachine`) implements `TrainerView` and its `Run` implements `RunView`; the hook runner, the
+metrics, the optimization and the loops implement the views below. Code in `stages` takes these views and uses
+nothing else of them, so mypy catches a misspelled or missing member. This module imports no implementation: the
+only types it names are the user-facing API classes (LightningModule, LightningDataModule, Callback, Logger,
+progress counters), which depend on nothing of the loops, and the hardware plane's Strategy.
 """
 
 from __future__ import annotations
@@ -19,14 +21,9 @@ if TYPE_CHECKING:
     from devices.strategy import Strategy
     from stages.callbacks.callback import Callback, Checkpoint
     from stages.datamodule import LightningDataModule
-    from stages.evaluation import FitValidation
-    from stages.hooks import HookRunner
     from stages.loggers.logger import Logger
-    from stages.metrics import MetricsCollector
     from stages.module import LightningModule
-    from stages.optimization import LRSchedulerConfig, Optimization
-    from stages.progress import BatchProgress
-    from stages.training import FitLoop
+    from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgress
 
 
 class StageView(Protocol):
@@ -62,6 +59,143 @@ class FlowView(Protocol):
     def poller(self, trigger: str) -> Callable[[], bool]: ...
 
 
+class HooksView(Protocol):
+    """Calling users' hooks in Lightning's owner order (`stages.hooks.HookRunner`)."""
+
+    def reset(self) -> None: ...
+    def all_default(self, names: tuple[str, ...]) -> bool: ...
+    def callbacks(self, name: str, *args: Any, **kwargs: Any) -> None: ...
+    def callbacks_each(self, name: str, *args: Any) -> list[tuple[Callback, BaseException]]: ...
+    def callbacks_where(self, name: str, monitoring: bool, *args: Any) -> None: ...
+    def module(self, name: str, *args: Any, **kwargs: Any) -> Any: ...
+    def module_overrides(self, name: str) -> bool: ...
+    def module_overrides_any(self, names: tuple[str, ...]) -> bool: ...
+    def datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class MetricsView(Protocol):
+    """What `self.log` collects and the views users read (`stages.metrics.MetricsCollector`)."""
+
+    current_batch: Any
+    dataloader_idx: int
+    num_dataloaders: int
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]: ...
+
+    @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]: ...
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]: ...
+
+    def log(self, *args: Any, **kwargs: Any) -> None: ...
+    def publish(self, values: Mapping[str, torch.Tensor], *, to_callbacks: bool, to_logged: bool) -> None: ...
+    def adopt(
+        self, callback_metrics: Mapping[str, torch.Tensor], logged_metrics: Mapping[str, torch.Tensor]
+    ) -> None: ...
+    def epoch_end_reached(self, bucket_name: str) -> None: ...
+    def step_end(self, bucket_name: str, step: int | None, send_to_loggers: bool) -> None: ...
+    def epoch_end(self, bucket_name: str, step: int, send_to_loggers: bool) -> dict[str, torch.Tensor]: ...
+    def reset_bucket(self, bucket_name: str) -> None: ...
+    def reset_all(self) -> None: ...
+    def eval_results(self, reduced: Mapping[str, torch.Tensor], num_dataloaders: int) -> list[dict[str, float]]: ...
+
+
+class SchedulerConfigView(Protocol):
+    """One scheduler and how it steps (`stages.optimization.LRSchedulerConfig`)."""
+
+    scheduler: Any
+    interval: str
+    frequency: int
+    monitor: str | None
+
+
+class OptimizationView(Protocol):
+    """The run's optimizers and schedulers (`stages.optimization.Optimization`)."""
+
+    optimizers: list[torch.optim.Optimizer]
+    lightning_optimizers: list[Any]
+    lr_scheduler_configs: list[Any]
+
+    def setup(self, module: Any) -> None: ...
+    def check_loss(self, loss: torch.Tensor) -> None: ...
+    def run_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
+    def step_schedulers(self, interval: str, index: int, plateau: bool) -> None: ...
+    def state_dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+    def load_state_dicts(
+        self, optimizer_states: list[dict[str, Any]], scheduler_states: list[dict[str, Any]]
+    ) -> None: ...
+
+
+class FitValidationView(Protocol):
+    """The validation loaders of a fit (`stages.evaluation.FitValidation`)."""
+
+    @property
+    def needs_loaders(self) -> bool: ...
+
+    def load_loaders(self) -> None: ...
+    def teardown(self) -> None: ...
+    def run_sanity_check(self) -> str: ...
+    def run(self) -> str: ...
+
+
+class FitLoopView(Protocol):
+    """The fit loop: its counters, its progress in Lightning's checkpoint layout, and its handlers
+    (`stages.training.FitLoop`)."""
+
+    epoch_progress: Progress
+    batch_progress: BatchProgress
+    scheduler_progress: StepProgress
+    optimizer_step_progress: StepProgress
+    zero_grad_progress: ZeroGradProgress
+    manual_step_progress: StepProgress
+    val_progress: BatchProgress
+    batches_that_stepped: int
+    num_training_batches: int | float
+    val_check_batch: int | float | None
+    last_val_end_time: float
+    batch_idx: int
+    is_last_batch: bool
+    epoch_validates: bool
+    fetches_itself: bool
+    stepped_this_batch: bool
+    resume_point: Any
+
+    @property
+    def train_loader(self) -> Any: ...
+
+    @property
+    def epoch_loop(self) -> Any: ...
+
+    @property
+    def total_batch_idx(self) -> int: ...
+
+    @property
+    def current_epoch(self) -> int: ...
+
+    @property
+    def global_step(self) -> int: ...
+
+    @property
+    def batch_in_flight(self) -> int | None: ...
+
+    def time_for_validation(self) -> bool: ...
+    def on_optimizer_stepped(self) -> None: ...
+    def _should_log(self) -> bool: ...
+    def setup_data(self) -> str: ...
+    def run(self) -> str | None: ...
+    def run_epoch(self) -> None: ...
+    def load_train_data(self) -> None: ...
+    def start_training(self) -> None: ...
+    def teardown(self) -> None: ...
+    def snapshot(self) -> dict[str, Any]: ...
+    def restore_snapshot(self, state: dict[str, Any]) -> None: ...
+    def resume_state(self) -> dict[str, Any]: ...
+    def load_resume_state(self, state: dict[str, Any] | None) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+
+
 class RunView(Protocol):
     """The call of fit/validate/test/predict in flight: what it was given, what it returns, and the trainer's parts
     it uses."""
@@ -73,10 +207,16 @@ class RunView(Protocol):
     predictions: Any
     prediction_record: Any
     model: LightningModule
-    hooks: HookRunner
-    metrics: MetricsCollector
-    optimization: Optimization
     profiler: Any
+
+    @property
+    def hooks(self) -> HooksView: ...
+
+    @property
+    def metrics(self) -> MetricsView: ...
+
+    @property
+    def optimization(self) -> OptimizationView: ...
 
     @property
     def trainer(self) -> TrainerView: ...
@@ -85,10 +225,10 @@ class RunView(Protocol):
     def flow(self) -> FlowView: ...
 
     @property
-    def fit_loop(self) -> FitLoop: ...
+    def fit_loop(self) -> FitLoopView: ...
 
     @property
-    def fit_validation(self) -> FitValidation: ...
+    def fit_validation(self) -> FitValidationView: ...
 
 
 class TrainerView(Protocol):
@@ -98,8 +238,12 @@ class TrainerView(Protocol):
         ...
 
     # ---- loops and their counters
-    fit_loop: FitLoop
-    fit_validation: FitValidation
+    @property
+    def fit_loop(self) -> FitLoopView: ...
+
+    @property
+    def fit_validation(self) -> FitValidationView: ...
+
     validate_progress: BatchProgress
     test_progress: BatchProgress
     predict_progress: BatchProgress
@@ -186,7 +330,7 @@ class TrainerView(Protocol):
     def optimizers(self) -> list[torch.optim.Optimizer]: ...
 
     @property
-    def lr_scheduler_configs(self) -> list[LRSchedulerConfig]: ...
+    def lr_scheduler_configs(self) -> list[Any]: ...
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]: ...

@@ -11,12 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
-
-from stages.contract import run_of
-
-if TYPE_CHECKING:
-    from stages.training import FitLoop
+from typing import Any
 
 ITERATOR_PARAMETER = "dataloader_iter"
 
@@ -73,60 +68,3 @@ class DataloaderIter(Iterator[tuple[Any, int, int]]):
 
 
 # ---- training -------------------------------------------------------------------------------------------
-
-
-def training_steps(loop: FitLoop, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter]]:
-    """The epoch's step calls (index, the iterator the step gets), each run by `run_training_step`. `batches`
-    start at the loader position `start`; the loop keeps the position, which a mid-epoch checkpoint saves."""
-    metrics = run_of(loop.trainer).metrics
-    loop.fetched_in_epoch = start
-
-    def on_fetch(batch: Any, batch_idx: int, _: int) -> None:
-        metrics.current_batch = batch  # self.log infers the batch size from the batch the step fetched
-        loop.fetched_in_epoch = batch_idx + 1
-
-    fetcher = DataloaderIter(iter((batches,)), on_fetch)
-    return _step_calls(fetcher, loop.batch_progress.current.completed)
-
-
-def _step_calls(fetcher: DataloaderIter, start: int) -> Iterator[tuple[int, DataloaderIter]]:
-    step_idx = start
-    while not fetcher.done:
-        yield step_idx, fetcher
-        step_idx += 1
-
-
-def run_training_step(loop: FitLoop, step_idx: int, fetcher: DataloaderIter) -> bool:
-    """One `training_step(dataloader_iter)` with its batch hooks; False when `on_train_batch_start` returned -1.
-    The loop's own counters (accumulation, schedulers, `val_check_interval`) count step calls."""
-    trainer = loop.trainer
-    progress = loop.batch_progress
-    is_last = False  # whether this step fetches the last batch shows only after it
-    loop.batch_idx, loop.is_last_batch = step_idx, is_last
-    progress.increment_ready()
-    progress.is_last_batch = is_last
-    run_of(trainer).metrics.current_batch = fetcher.batch
-    if loop._batch_start_ends_epoch(fetcher.batch, fetcher.batch_idx):
-        loop.is_last_batch = True
-        return False
-    progress.increment_started()
-    loop.stepped_this_batch = False
-    ran_out = False
-    try:
-        if loop.automatic:
-            outputs = loop.batch_outputs(*loop._automatic_step(fetcher, step_idx, is_last))
-        else:
-            outputs = loop.batch_outputs(loop._manual_step(fetcher, step_idx), None)
-    except StopIteration:
-        ran_out = True
-    loop.is_last_batch = progress.is_last_batch = fetcher.done or ran_out
-    progress.increment_processed()
-    loop._step_schedulers(step_idx, loop.is_last_batch)
-    if ran_out and loop.automatic:
-        # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still step once.
-        run_of(trainer).optimization.step_schedulers("epoch", loop.current_epoch + 1, plateau=False)
-    if not ran_out:
-        loop._batch_end(outputs, fetcher.batch, fetcher.batch_idx)
-    progress.increment_completed()
-    run_of(trainer).metrics.step_end("train", loop.batches_that_stepped, loop._should_log())
-    return True

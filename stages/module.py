@@ -14,7 +14,6 @@ from torch.optim import Optimizer
 from devices.transfer import map_leaves, move_to_device
 from stages import saving
 from stages.class_only import class_only
-from stages.contract import run_of
 from stages.device_dtype import DeviceDtypeModuleMixin
 from stages.exceptions import MisconfigurationException
 from stages.hparams import HyperparametersMixin
@@ -130,7 +129,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
             raise MisconfigurationException(
                 f"self.log({name!r}, ...) was called outside the Trainer's control flow; call it from a hook"
             )
-        run_of(self._trainer).metrics.log(
+        self._trainer.run.metrics.log(
             self._current_fx_name,
             name,
             value,
@@ -199,7 +198,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     # ---- optimization ------------------------------------------------------------------------------------------------
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
-        wrapped = run_of(self.trainer).optimization.lightning_optimizers
+        wrapped = self.trainer.run.optimization.lightning_optimizers
         optimizers = wrapped if use_pl_optimizer else [w.optimizer for w in wrapped]
         return optimizers[0] if len(optimizers) == 1 else optimizers
 
@@ -212,7 +211,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def manual_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         if self.automatic_optimization:
             raise MisconfigurationException("manual_backward is for manual optimization (automatic_optimization=False)")
-        run_of(self.trainer).optimization.run_backward(loss, *args, **kwargs)
+        self.trainer.run.optimization.run_backward(loss, *args, **kwargs)
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         """Backpropagate; by default through the strategy, whose precision may scale the loss first."""

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from stages import data, rng
 from stages.contract import module_of, run_of
-from stages.dataloader_iter import DataloaderIter, run_training_step, takes_dataloader_iter, training_steps
+from stages.dataloader_iter import DataloaderIter, Fetched, takes_dataloader_iter
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.loop_rules import epoch_should_end, epoch_training_done
@@ -306,7 +306,7 @@ class FitLoop:
             action="train_dataloader_next",
         )
         if self.fetches_itself:
-            yield from self._run_fetching_steps(training_steps(self, batches, start))
+            yield from self._run_fetching_steps(self._fetching_steps(batches, start))
         else:
             yield from self._run_batches(batches)
         self._end_epoch()
@@ -378,7 +378,7 @@ class FitLoop:
         trainer = self.trainer
         poll_val_check = run_of(trainer).flow.poller("val_check")
         for step_idx, fetcher in steps:
-            if not run_training_step(self, step_idx, fetcher):
+            if not self._run_fetching_step(step_idx, fetcher):
                 break
             if self.multi_process:
                 self._agree_across_ranks()
@@ -389,6 +389,58 @@ class FitLoop:
                 )  # for the state the machine resumed the epoch in
             if self._batch_done():
                 break
+
+    def _fetching_steps(self, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter]]:
+        """The epoch's step calls for a step that takes `dataloader_iter` (index, the iterator the step gets), each
+        run by `_run_fetching_step`. `batches` start at the loader position `start`; the loop keeps the position,
+        which a mid-epoch checkpoint saves."""
+        metrics = run_of(self.trainer).metrics
+        self.fetched_in_epoch = start
+
+        def on_fetch(batch: Any, batch_idx: int, _: int) -> None:
+            metrics.current_batch = batch  # self.log infers the batch size from the batch the step fetched
+            self.fetched_in_epoch = batch_idx + 1
+
+        fetcher = DataloaderIter(iter((batches,)), on_fetch)
+        step_idx = self.batch_progress.current.completed
+        while not fetcher.done:
+            yield step_idx, fetcher
+            step_idx += 1
+
+    def _run_fetching_step(self, step_idx: int, fetcher: DataloaderIter) -> bool:
+        """One `training_step(dataloader_iter)` with its batch hooks; False when `on_train_batch_start` returned
+        -1. The loop's own counters (accumulation, schedulers, `val_check_interval`) count step calls."""
+        run = run_of(self.trainer)
+        progress = self.batch_progress
+        is_last = False  # whether this step fetches the last batch shows only after it
+        self.batch_idx, self.is_last_batch = step_idx, is_last
+        progress.increment_ready()
+        progress.is_last_batch = is_last
+        run.metrics.current_batch = fetcher.batch
+        if self._batch_start_ends_epoch(fetcher.batch, fetcher.batch_idx):
+            self.is_last_batch = True
+            return False
+        progress.increment_started()
+        self.stepped_this_batch = False
+        ran_out = False
+        try:
+            if self.automatic:
+                outputs = self.batch_outputs(*self._automatic_step(fetcher, step_idx, is_last))
+            else:
+                outputs = self.batch_outputs(self._manual_step(fetcher, step_idx), None)
+        except StopIteration:
+            ran_out = True
+        self.is_last_batch = progress.is_last_batch = fetcher.done or ran_out
+        progress.increment_processed()
+        self._step_schedulers(step_idx, self.is_last_batch)
+        if ran_out and self.automatic:
+            # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still step once.
+            run.optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
+        if not ran_out:
+            self._batch_end(outputs, fetcher.batch, fetcher.batch_idx)
+        progress.increment_completed()
+        run.metrics.step_end("train", self.batches_that_stepped, self._should_log())
+        return True
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
         """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""

@@ -18,15 +18,13 @@ from statemachine.engine.machine import Flow, Position
 if TYPE_CHECKING:
     from devices.strategy import Strategy
     from stages.callbacks.callback import Callback
-    from stages.contract import TrainerView
+    from stages.contract import FitLoopView, FitValidationView, TrainerView
     from stages.datamodule import LightningDataModule
-    from stages.evaluation import FitValidation
     from stages.hooks import HookRunner
     from stages.loggers.logger import Logger
     from stages.metrics import MetricsCollector
     from stages.module import LightningModule
     from stages.optimization import Optimization
-    from stages.training import FitLoop
     from statemachine.signals import SignalConnector
 
 # Debug switch: every transition checks that all ranks took the same edge (one small collective per transition).
@@ -75,11 +73,11 @@ class Run:
     # ---- the trainer's parts a run reads ------------------------------------------------------------------
 
     @property
-    def fit_loop(self) -> FitLoop:
+    def fit_loop(self) -> FitLoopView:
         return self.trainer.fit_loop
 
     @property
-    def fit_validation(self) -> FitValidation:
+    def fit_validation(self) -> FitValidationView:
         return self.trainer.fit_validation
 
     @property

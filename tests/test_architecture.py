@@ -89,3 +89,11 @@ def test_the_machine_core_imports_without_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_cycle_rule_names_every_circle_and_nothing_else() -> None:
+    from import_rules import strongly_connected
+
+    edges = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"], "f": ["d"]}
+    groups = sorted(sorted(group) for group in strongly_connected(edges) if len(group) > 1)
+    assert groups == [["a", "b", "c"]]

@@ -11,7 +11,6 @@ import torch
 from torch.optim import Optimizer
 
 from stages.callbacks.callback import Callback
-from stages.contract import run_of
 from stages.exceptions import MisconfigurationException
 
 _INTERVALS = (None, "step", "epoch")
@@ -68,7 +67,7 @@ class LearningRateMonitor(Callback):
             return
         device = trainer.strategy.root_device
         values = {name: torch.tensor(value, device=device) for name, value in stats.items()}
-        run_of(trainer).metrics.publish(values, to_callbacks=True, to_logged=False)
+        trainer.run.metrics.publish(values, to_callbacks=True, to_logged=False)
         for logger in trainer.loggers:
             logger.log_metrics(stats, step=trainer.fit_loop.batches_that_stepped)
 

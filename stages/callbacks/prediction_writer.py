@@ -6,7 +6,6 @@ from enum import Enum
 from typing import Any
 
 from stages.callbacks.callback import Callback
-from stages.contract import run_of
 from stages.dataloader_iter import takes_dataloader_iter
 from stages.exceptions import MisconfigurationException
 
@@ -62,10 +61,10 @@ class BasePredictionWriter(Callback):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if self.interval.on_batch:
-            indices = run_of(trainer).prediction_record.current_batch_indices
+            indices = trainer.run.prediction_record.current_batch_indices
             self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)
 
     def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self.interval.on_epoch:
-            record = run_of(trainer).prediction_record
+            record = trainer.run.prediction_record
             self.write_on_epoch_end(trainer, pl_module, record.predictions, record.epoch_batch_indices)

@@ -15,7 +15,6 @@ from torch.optim.swa_utils import SWALR
 
 from stages import data
 from stages.callbacks.callback import Callback
-from stages.contract import run_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.optimization import LRSchedulerConfig
 
@@ -222,7 +221,7 @@ def _recompute_batch_norm(trainer: Any, pl_module: Any) -> None:
         with torch.no_grad(), trainer.strategy.precision.forward_context():
             transfer = data.transfer_for(trainer)
             for batch_idx, batch, _ in data.fetch(loader, trainer.num_training_batches):
-                run_of(trainer).hooks.module("training_step", transfer(batch, 0), batch_idx)
+                trainer.run.hooks.module("training_step", transfer(batch, 0), batch_idx)
     finally:
         pl_module.train(was_training)
 

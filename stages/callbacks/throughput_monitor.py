@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from stages.callbacks.callback import Callback
-from stages.contract import run_of
 from stages.exceptions import TrainerWarning
 
 
@@ -154,7 +153,7 @@ class ThroughputMonitor(Callback):
         computed = self._throughputs[stage].compute()
         metrics = {f"{stage}{self.separator}{name}": float(value) for name, value in computed.items()}
         values = {name: torch.tensor(value) for name, value in metrics.items()}
-        run_of(trainer).metrics.publish(values, to_callbacks=False, to_logged=True)
+        trainer.run.metrics.publish(values, to_callbacks=False, to_logged=True)
         if step is None:
             metrics.setdefault("epoch", trainer.current_epoch)
             step = trainer.fit_loop.batches_that_stepped
