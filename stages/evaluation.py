@@ -10,7 +10,7 @@ import torch
 from stages import data
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
-from stages.dataloader_iter_eval import evaluate_fetching
+from stages.eval_batches import calls, run_batches
 from stages.loop_rules import sigterm_stops_evaluation
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
@@ -53,21 +53,21 @@ def evaluate(
         hooks.module(f"on_{noun}_epoch_start")
         progress.reset_current()
         metrics.num_dataloaders = len(loaders)
-        if takes_dataloader_iter(getattr(module, _BATCH_HOOKS[noun][1])):
-            evaluate_fetching(trainer, noun, kind, loaders, num_batches, progress, sanity)
-        else:
-            transfer = data.transfer_for(trainer)
-            for dataloader_idx, (loader, count) in enumerate(zip(loaders, num_batches)):
-                metrics.dataloader_idx = dataloader_idx
-                last_loader = dataloader_idx == len(loaders) - 1
-                for batch_idx, batch, is_last in data.fetch(
-                    loader, count, profiler=run_of(trainer).profiler, action=f"{kind}_dataloader_next"
-                ):
-                    batch = transfer(batch, dataloader_idx)
-                    _eval_batch(trainer, noun, kind, batch, batch_idx, dataloader_idx, len(loaders), progress, sanity)
-                    progress.is_last_batch = is_last
-                    if sigterm_stops_evaluation(trainer) and not (is_last and last_loader):
-                        raise SIGTERMException()
+        fetching = takes_dataloader_iter(getattr(module, _BATCH_HOOKS[noun][1]))
+        last_loader = len(loaders) - 1
+
+        def before(batch: Any, batch_idx: int, dataloader_idx: int) -> None:
+            metrics.current_batch = batch
+            metrics.dataloader_idx = dataloader_idx
+
+        def after(output: Any, dataloader_idx: int, is_last: bool) -> None:
+            if not sanity:
+                metrics.step_end(kind, None, True)
+            if sigterm_stops_evaluation(trainer) and not (is_last and (fetching or dataloader_idx == last_loader)):
+                raise SIGTERMException()
+
+        batch_calls = calls(trainer, loaders, num_batches, kind, fetching)
+        run_batches(trainer, _BATCH_HOOKS[noun], batch_calls, fetching, len(loaders), progress, before, after)
         metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
         metrics.epoch_end_reached(kind)
         hooks.callbacks(f"on_{noun}_epoch_end")
@@ -77,35 +77,6 @@ def evaluate(
         hooks.module(f"on_{noun}_end")
         hooks.module(f"on_{noun}_model_train")
     return metrics.eval_results(reduced, len(loaders))
-
-
-def _eval_batch(
-    trainer: TrainerView,
-    noun: str,
-    kind: str,
-    batch: Any,
-    batch_idx: int,
-    dataloader_idx: int,
-    num_loaders: int,
-    progress: BatchProgress,
-    sanity: bool,
-) -> None:
-    hooks = run_of(trainer).hooks
-    batch_start, step, batch_end = _BATCH_HOOKS[noun]
-    progress.increment_ready()
-    run_of(trainer).metrics.current_batch = batch
-    args = (batch, batch_idx, dataloader_idx) if num_loaders > 1 else (batch, batch_idx)
-    hooks.callbacks(batch_start, *args)
-    hooks.module(batch_start, *args)
-    progress.increment_started()
-    with trainer.strategy.precision.forward_context():
-        output = hooks.module(step, *args)
-    progress.increment_processed()
-    hooks.callbacks(batch_end, output, *args)
-    hooks.module(batch_end, output, *args)
-    progress.increment_completed()
-    if not sanity:
-        run_of(trainer).metrics.step_end(kind, None, True)
 
 
 class FitValidation:

@@ -12,10 +12,13 @@ from stages.batch_indices import RecordingBatchSampler, recording
 from stages.callbacks.prediction_writer import BasePredictionWriter
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
-from stages.dataloader_iter_eval import predict_fetching
+from stages.eval_batches import calls, run_batches
 
 if TYPE_CHECKING:
     from stages.contract import RunView, TrainerView
+
+
+_HOOKS = ("on_predict_batch_start", "predict_step", "on_predict_batch_end")
 
 
 @dataclass
@@ -77,33 +80,22 @@ def _predict(
         outputs: list[list[Any]] = [[] for _ in loaders]
         record.outputs = outputs
         record.epoch_batch_indices = [[] for _ in loaders]
-        if takes_dataloader_iter(module_of(trainer).predict_step):
-            predict_fetching(trainer, loaders, counts, outputs, keep)
-            counts = []  # the step has fetched every batch itself: none is left for the loop below
-        transfer = data.transfer_for(trainer)
-        for dataloader_idx, (loader, count) in enumerate(zip(loaders, counts)):
-            for batch_idx, batch, _ in data.fetch(
-                loader, count, profiler=run_of(trainer).profiler, action="predict_dataloader_next"
-            ):
-                progress.increment_ready()
-                recorder = recorders[dataloader_idx]
-                if recorder is not None:
-                    record.current_batch_indices = recorder.seen[batch_idx]
-                    if keep_for_writers:
-                        record.epoch_batch_indices[dataloader_idx].append(record.current_batch_indices)
-                batch = transfer(batch, dataloader_idx)
-                args = (batch, batch_idx, dataloader_idx) if len(loaders) > 1 else (batch, batch_idx)
-                hooks.callbacks("on_predict_batch_start", *args)
-                hooks.module("on_predict_batch_start", *args)
-                progress.increment_started()
-                with trainer.strategy.precision.forward_context():
-                    prediction = hooks.module("predict_step", *args)
-                progress.increment_processed()
-                hooks.callbacks("on_predict_batch_end", prediction, *args)
-                hooks.module("on_predict_batch_end", prediction, *args)
-                progress.increment_completed()
-                if keep:
-                    outputs[dataloader_idx].append(prediction)
+        fetching = takes_dataloader_iter(module_of(trainer).predict_step)
+
+        def before(batch: Any, batch_idx: int, dataloader_idx: int) -> None:
+            # A step that fetches its own batches gets no batch indices: which batches a call drew is its own.
+            recorder = None if fetching else recorders[dataloader_idx]
+            if recorder is not None:
+                record.current_batch_indices = recorder.seen[batch_idx]
+                if keep_for_writers:
+                    record.epoch_batch_indices[dataloader_idx].append(record.current_batch_indices)
+
+        def after(prediction: Any, dataloader_idx: int, is_last: bool) -> None:
+            if keep:
+                outputs[dataloader_idx].append(prediction)
+
+        batch_calls = calls(trainer, loaders, counts, "predict", fetching)
+        run_batches(trainer, _HOOKS, batch_calls, fetching, len(loaders), progress, before, after)
         hooks.callbacks("on_predict_epoch_end")
         hooks.module("on_predict_epoch_end")
         hooks.callbacks("on_predict_end")

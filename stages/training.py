@@ -13,7 +13,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,10 @@ _CLOSURE_ONCE = frozenset(
 )
 # FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader.
 _NOT_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
+
+
+# A training step of one epoch: (step input, index, whether it is the epoch's last) -> (output, divided loss or None).
+StepFunction = Callable[[Any, int, bool], tuple[Any, Tensor | None]]
 
 
 class SIGTERMException(SystemExit):
@@ -305,63 +309,59 @@ class FitLoop:
             profiler=run_of(trainer).profiler,
             action="train_dataloader_next",
         )
-        if self.fetches_itself:
-            yield from self._run_fetching_steps(self._fetching_steps(batches, start))
-        else:
-            yield from self._run_batches(batches)
+        yield from self._run_batches(self._fetching_calls(batches, start) if self.fetches_itself else batches)
         self._end_epoch()
 
-    def _run_batches(self, batches: Iterator[tuple[int, Any, bool]]) -> Iterator[None]:
-        """Each batch up to `on_train_batch_end`, then the table's `val_check` poll (the epoch pauses while the
-        machine validates), then the loop's end-of-batch rules. One loop with the epoch's choices (made after the
-        epoch-start hooks, which may change them) read into locals: for a small model these lines are the trainer's
-        whole per-batch cost."""
+    def _run_batches(self, calls: Iterator[tuple[int, Any, bool]]) -> Iterator[None]:
+        """Each step call up to `on_train_batch_end`, then the table's `val_check` poll (the epoch pauses while the
+        machine validates), then the loop's end-of-batch rules. One sequence for every kind of step: the step
+        function (see `_step_function`) and where its input comes from (a loader's batch, moved to the device, or
+        the `dataloader_iter` a step fetches from, see `_fetching_calls`) are chosen once per epoch, after the
+        epoch-start hooks, which may change them. For a small model these lines are the trainer's whole per-batch
+        cost."""
         trainer = self.trainer
-        hooks, optimization = run_of(trainer).hooks, run_of(trainer).optimization
-        metrics, progress = run_of(trainer).metrics, self.batch_progress
-        poll_val_check = run_of(trainer).flow.poller("val_check")
+        run = run_of(trainer)
+        hooks, optimization, metrics, progress = run.hooks, run.optimization, run.metrics, self.batch_progress
+        poll_val_check = run.flow.poller("val_check")
+        step = self._step_function()
+        fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
         transfer = data.transfer_for(trainer)
-        automatic, multi_process = self.automatic, self.multi_process
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
-        # The direct step (see _direct_step_allowed) and what it reads, bound once: it runs for every batch.
-        direct_optimizer = optimization.optimizers[0] if self._direct_step_allowed() else None
-        k = trainer.accumulate_grad_batches
-        module_hook, check_loss = hooks.module, optimization.check_loss
-        zero_grad_progress = self.zero_grad_progress
-        for batch_idx, batch, is_last in batches:
-            self.batch_idx = batch_idx
+        for index, item, is_last in calls:
+            self.batch_idx = index
             self.is_last_batch = progress.is_last_batch = is_last
             progress.increment_ready()
-            batch = metrics.current_batch = transfer(batch, 0)
+            # The batch hooks see the loader's batch; around a fetching step, the batch it fetched last.
+            if fetching:
+                step_input, batch, batch_idx = item, item.batch, item.batch_idx
+            else:
+                step_input = batch = transfer(item, 0)
+                batch_idx = index
+            metrics.current_batch = batch
             if start_hooks and self._batch_start_ends_epoch(batch, batch_idx):
                 self.is_last_batch = True
                 break
             progress.increment_started()
             self.stepped_this_batch = False
-            if direct_optimizer is not None:
-                # What an automatic step's closure does when nothing hooks into it, in its order.
-                with torch.enable_grad():
-                    output = module_hook("training_step", batch, batch_idx)
-                loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
-                if batch_idx % k == 0:
-                    direct_optimizer.zero_grad()
-                    zero_grad_progress.increment_whole()
-                if loss is not None:
-                    loss = loss / k if k > 1 else loss
-                    check_loss(loss)
-                    loss.backward()
-                if (batch_idx + 1) % k == 0 or is_last:
-                    direct_optimizer.step()
-                    self.on_optimizer_stepped()
-            elif automatic:
-                output, loss = self._automatic_step(batch, batch_idx, is_last)
-            else:
-                output, loss = self._manual_step(batch, batch_idx), None
+            ran_out = False
+            try:
+                output, loss = step(step_input, index, is_last)
+            except StopIteration:
+                if not fetching:
+                    raise
+                ran_out = True  # the step ran into the end of the data: the epoch ends with it
+            if fetching:
+                batch, batch_idx = item.batch, item.batch_idx
+                self.is_last_batch = progress.is_last_batch = item.done or ran_out
             progress.increment_processed()
             if optimization.lr_scheduler_configs:
-                self._step_schedulers(batch_idx, is_last)
-            if end_hooks:
+                self._step_schedulers(index, self.is_last_batch)
+                if ran_out and automatic:
+                    # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still
+                    # step once.
+                    optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
+            if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
             metrics.step_end("train", self.batches_that_stepped, self._should_log())
@@ -369,31 +369,14 @@ class FitLoop:
                 self._agree_across_ranks()
             if poll_val_check():
                 yield None
-                poll_val_check = run_of(trainer).flow.poller("val_check")  # for the state the machine resumed in
+                poll_val_check = run.flow.poller("val_check")  # for the state the machine resumed the epoch in
             if self._batch_done():
                 break
 
-    def _run_fetching_steps(self, steps: Iterator[tuple[int, DataloaderIter]]) -> Iterator[None]:
-        """`_run_batches` for a `training_step` that takes `dataloader_iter` and fetches its own batches."""
-        trainer = self.trainer
-        poll_val_check = run_of(trainer).flow.poller("val_check")
-        for step_idx, fetcher in steps:
-            if not self._run_fetching_step(step_idx, fetcher):
-                break
-            if self.multi_process:
-                self._agree_across_ranks()
-            if poll_val_check():
-                yield None
-                poll_val_check = run_of(trainer).flow.poller(
-                    "val_check"
-                )  # for the state the machine resumed the epoch in
-            if self._batch_done():
-                break
-
-    def _fetching_steps(self, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter]]:
-        """The epoch's step calls for a step that takes `dataloader_iter` (index, the iterator the step gets), each
-        run by `_run_fetching_step`. `batches` start at the loader position `start`; the loop keeps the position,
-        which a mid-epoch checkpoint saves."""
+    def _fetching_calls(self, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter, bool]]:
+        """The epoch's step calls for a step that takes `dataloader_iter`: (index, the iterator the step gets,
+        False: whether a call fetches the last batch shows only after it). `batches` start at the loader position
+        `start`; the loop keeps the position, which a mid-epoch checkpoint saves."""
         metrics = run_of(self.trainer).metrics
         self.fetched_in_epoch = start
 
@@ -404,43 +387,18 @@ class FitLoop:
         fetcher = DataloaderIter(iter((batches,)), on_fetch)
         step_idx = self.batch_progress.current.completed
         while not fetcher.done:
-            yield step_idx, fetcher
+            yield step_idx, fetcher, False
             step_idx += 1
 
-    def _run_fetching_step(self, step_idx: int, fetcher: DataloaderIter) -> bool:
-        """One `training_step(dataloader_iter)` with its batch hooks; False when `on_train_batch_start` returned
-        -1. The loop's own counters (accumulation, schedulers, `val_check_interval`) count step calls."""
-        run = run_of(self.trainer)
-        progress = self.batch_progress
-        is_last = False  # whether this step fetches the last batch shows only after it
-        self.batch_idx, self.is_last_batch = step_idx, is_last
-        progress.increment_ready()
-        progress.is_last_batch = is_last
-        run.metrics.current_batch = fetcher.batch
-        if self._batch_start_ends_epoch(fetcher.batch, fetcher.batch_idx):
-            self.is_last_batch = True
-            return False
-        progress.increment_started()
-        self.stepped_this_batch = False
-        ran_out = False
-        try:
-            if self.automatic:
-                outputs = self.batch_outputs(*self._automatic_step(fetcher, step_idx, is_last))
-            else:
-                outputs = self.batch_outputs(self._manual_step(fetcher, step_idx), None)
-        except StopIteration:
-            ran_out = True
-        self.is_last_batch = progress.is_last_batch = fetcher.done or ran_out
-        progress.increment_processed()
-        self._step_schedulers(step_idx, self.is_last_batch)
-        if ran_out and self.automatic:
-            # The epoch ends on a step that did not step the optimizer: its epoch-interval schedulers still step once.
-            run.optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
-        if not ran_out:
-            self._batch_end(outputs, fetcher.batch, fetcher.batch_idx)
-        progress.increment_completed()
-        run.metrics.step_end("train", self.batches_that_stepped, self._should_log())
-        return True
+    def _step_function(self) -> StepFunction:
+        """This epoch's step: manual optimization calls `training_step` alone; automatic optimization runs it inside
+        the optimizer's closure with every step hook, or, when nothing hooks into the step, calls the optimizer
+        directly (the same calls in the same order, without the closure)."""
+        if not self.automatic:
+            return self._manual_step
+        if self._direct_step_allowed():
+            return self._direct_step()
+        return self._automatic_step
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
         """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""
@@ -488,6 +446,33 @@ class FitLoop:
             and run_of(trainer).hooks.all_default(_STEP_HOOKS)
         )
 
+    def _direct_step(self) -> StepFunction:
+        """What an automatic step's closure does when nothing hooks into it, in its order, with what it reads bound
+        once: it runs for every batch."""
+        run = run_of(self.trainer)
+        optimizer = run.optimization.optimizers[0]
+        module_hook, check_loss = run.hooks.module, run.optimization.check_loss
+        k = self.trainer.accumulate_grad_batches
+        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
+
+        def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
+            with torch.enable_grad():
+                output = module_hook("training_step", batch, batch_idx)
+            loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
+            if batch_idx % k == 0:
+                optimizer.zero_grad()
+                zero_grad_progress.increment_whole()
+            if loss is not None:
+                loss = loss / k if k > 1 else loss
+                check_loss(loss)
+                loss.backward()
+            if (batch_idx + 1) % k == 0 or is_last:
+                optimizer.step()
+                on_optimizer_stepped()
+            return output, loss
+
+        return direct_step
+
     def _automatic_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
         """The step, zero_grad and backward inside the optimizer's closure, through every step hook: returns the
         step's output and the (divided) loss."""
@@ -526,10 +511,11 @@ class FitLoop:
             closure()
         return captured["output"], captured["loss"]
 
-    def _manual_step(self, batch: Any, batch_idx: int) -> Any:
+    def _manual_step(self, batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, None]:
+        """`training_step` alone: the module steps its optimizers itself."""
         trainer = self.trainer
         with torch.enable_grad(), trainer.strategy.precision.forward_context():
-            return run_of(trainer).hooks.module("training_step", batch, batch_idx)
+            return run_of(trainer).hooks.module("training_step", batch, batch_idx), None
 
     def _step_schedulers(self, batch_idx: int, is_last: bool) -> None:
         """Step-interval schedulers after a step; epoch-interval ones on the epoch's last batch."""
