@@ -21,7 +21,7 @@ from torch import nn
 import statemachine as L
 
 # The built-in stop edge: when fit is done at an epoch boundary, go to `finished` through the fit-end chain.
-STOP = L.TABLE.by_key["epoch_boundary: fitting.training -> finished [fit_done]"]
+STOP = L.TABLE.by_key["epoch_boundary: fitting.between_epochs -> finished [fit_done]"]
 
 
 def calibrate(run: Any) -> str:

@@ -1,9 +1,10 @@
-"""The `fitting.train_setup` and `fitting.training` handlers: the fit loop's data, epochs and batches.
+"""The `fitting.train_setup`, `fitting.between_epochs` and `fitting.training` handlers: the fit loop's data,
+epochs and batches.
 
-The handlers report what happened (`train_ready`, `epoch_boundary`); the table's guards decide where fit goes.
-The running epoch is a generator: after each batch it polls the table's `val_check` candidates; when one
-passes, the machine has moved to `fitting.validating`, the generator pauses, and when control comes back it
-carries on from that batch.
+The handlers report what happened (`train_ready`, `epoch_boundary`, `epoch_done`); the table's guards decide where
+fit goes. The running epoch is a generator: after each batch it polls the table's `val_check` candidates; when one
+passes, the machine has moved to `fitting.validating`, the generator pauses, and when control comes back to
+`fitting.training` it carries on from that batch.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ _CLOSURE_ONCE = frozenset(
     }
 )
 # FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader.
-_NOT_STATE = frozenset({"trainer", "epoch_loop", "_training", "_train_loader"})
+_NOT_STATE = frozenset({"trainer", "epoch_loop", "_epoch", "_train_loader"})
+_EPOCH_DONE = object()  # what the running epoch's generator gives once it has ended
 
 
 # A training step of one epoch: (step input, index, whether it is the epoch's last) -> (output, divided loss or None).
@@ -112,7 +114,8 @@ class FitLoop:
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
         self._train_loaded_epoch = 0
-        self._training: Iterator[str | None] | None = None
+        self._epoch: Iterator[None] | None = None  # the epoch in progress, paused while a validation runs
+        self._continues = False  # the next epoch to run continues the restored one (a mid-epoch resume)
         self.epoch_loop = TrainingEpochLoopView(self)  # Lightning's `fit_loop.epoch_loop`, for users' reads
 
     @property
@@ -142,7 +145,7 @@ class FitLoop:
     def batch_in_flight(self) -> int | None:
         """The batch index while an epoch's batches run (or wait for a validation); None between epochs."""
         progress = self.epoch_progress.current
-        return self.batch_idx if self._training is not None and progress.started > progress.processed else None
+        return self.batch_idx if self._epoch is not None and progress.started > progress.processed else None
 
     def on_optimizer_stepped(self) -> None:
         (self.optimizer_step_progress if self.automatic else self.manual_step_progress).increment_step()
@@ -157,11 +160,22 @@ class FitLoop:
         self.last_val_end_time = time.monotonic()
         return "train_ready"
 
+    def between_epochs(self) -> str:
+        """`fitting.between_epochs`: no epoch runs; the table's `epoch_boundary` guards decide whether fit stops."""
+        return "epoch_boundary"
+
     def run(self) -> str | None:
-        """`fitting.training`: carry on with training. None: a poll moved the machine to validation."""
-        assert self._training is not None, "start_training runs on the edge into fitting.training"
+        """`fitting.training`: the epoch's batches, from its start, from where a mid-epoch checkpoint left it, or
+        from the batch a validation paused it at. None: a poll moved the machine to validation; `epoch_done` once the
+        epoch has ended."""
+        if self._epoch is None:
+            self._epoch = self._run_epoch(self._continues)
+            self._continues = False
         with torch.autograd.set_detect_anomaly(self.trainer.detect_anomaly):
-            return next(self._training)
+            if next(self._epoch, _EPOCH_DONE) is None:
+                return None
+        self._epoch = None
+        return "epoch_done"
 
     def run_epoch(self) -> None:
         """One whole epoch for a caller outside `fitting.training` (a tuner's search), whose state has no
@@ -182,7 +196,8 @@ class FitLoop:
 
     def teardown(self) -> None:
         """Drop the training in flight and the loaders: nothing of this run may leak into the next."""
-        self._training = None
+        self._epoch = None
+        self._continues = False
         self._train_loader = None
         self._restored_rng = None
         self.resume_point = ResumePoint.FRESH
@@ -248,17 +263,7 @@ class FitLoop:
         self.automatic = module_of(trainer).automatic_optimization
         run_of(trainer).hooks.callbacks("on_train_start")
         run_of(trainer).hooks.module("on_train_start")
-        self._training = self._run_training()
-
-    def _run_training(self) -> Iterator[str | None]:
-        """Training as one resumable generator: at each epoch boundary it reports `epoch_boundary` and the
-        table decides (stop, or the next epoch); inside an epoch it pauses (None) whenever a poll moved the
-        machine to validation. The first epoch continues the saved one when the resume point says so."""
-        continues = self.resume_point in CONTINUES_EPOCH
-        while True:
-            yield "epoch_boundary"
-            yield from self._run_epoch(continues)
-            continues = False
+        self._continues = self.resume_point in CONTINUES_EPOCH
 
     def epoch_validates_at(self, epoch: int) -> bool:
         trainer = self.trainer
@@ -642,6 +647,10 @@ def _loss_of(output: Any) -> Tensor | None:
 
 def run_train_setup(run: RunView) -> str:
     return run.fit_loop.setup_data()
+
+
+def run_between_epochs(run: RunView) -> str:
+    return run.fit_loop.between_epochs()
 
 
 def run_training(run: RunView) -> str | None:

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from stages.loop_rules import max_epochs_reached, max_steps_reached, minimums_met
-from stages.resume import INSIDE_EPOCH
+from stages.resume import CONTINUES_EPOCH, INSIDE_EPOCH
 
 if TYPE_CHECKING:
     from statemachine.run import Run
@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 def resumes_inside_epoch(run: Run) -> bool:
     """The restored checkpoint was saved inside an epoch (or inside one of its validations)."""
     return run.fit_loop.resume_point in INSIDE_EPOCH
+
+
+def resumes_mid_epoch(run: Run) -> bool:
+    """The restored checkpoint continues its epoch at the next batch (saved mid-epoch, or inside one of the
+    epoch's validations before its last batch)."""
+    return run.fit_loop.resume_point in CONTINUES_EPOCH
 
 
 def should_sanity_check(run: Run) -> bool:

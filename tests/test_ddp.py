@@ -290,10 +290,10 @@ def test_history_diff_reports_the_first_transition_where_two_dumps_differ(
     report = capsys.readouterr().out
     # one epoch stops at the boundary after the first epoch; two epochs go on into the second there instead
     assert "first difference" in report
-    stop = "epoch_boundary: fitting.training -> finished [fit_done]"
-    assert f"'epoch_boundary' in fitting.training -> {stop} (epoch 1, step 2)" in report
-    go_on = "epoch_boundary: fitting.training -> fitting.training [not fit_done]"
-    assert f"'epoch_boundary' in fitting.training -> {go_on} (epoch 1, step 2)" in report
+    stop = "epoch_boundary: fitting.between_epochs -> finished [fit_done]"
+    assert f"'epoch_boundary' in fitting.between_epochs -> {stop} (epoch 1, step 2)" in report
+    go_on = "epoch_boundary: fitting.between_epochs -> fitting.training [not fit_done]"
+    assert f"'epoch_boundary' in fitting.between_epochs -> {go_on} (epoch 1, step 2)" in report
 
 
 # ---- cluster environments (read from variables; nothing is launched) ------------------------------------------

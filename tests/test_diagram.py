@@ -126,7 +126,7 @@ def test_overview_keeps_every_trigger() -> None:
     assert [trigger for trigger in TABLE.triggers if f"<b>{trigger}</b>" not in source] == []
 
 
-def test_fitting_is_a_cluster_holding_its_five_children() -> None:
+def test_fitting_is_a_cluster_holding_its_six_children() -> None:
     for view in (View(), FIT):
         source = build_graph(view=view).source
         assert "compound=true" in source
@@ -138,6 +138,7 @@ def test_fitting_is_a_cluster_holding_its_five_children() -> None:
             "fitting.setup",
             "fitting.sanity_checking",
             "fitting.train_setup",
+            "fitting.between_epochs",
             "fitting.training",
             "fitting.validating",
         ]
@@ -217,7 +218,7 @@ def test_interrupt_edges_are_dashed_firebrick() -> None:
 def test_labels_carry_trigger_guard_and_wrapped_callbacks() -> None:
     source = build_graph(view=FIT).source
     assert "<b>epoch_boundary</b> [not fit_done ∃]>" in source
-    stop = next(attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.training", "finished"))
+    stop = next(attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.between_epochs", "finished"))
     assert "<b>epoch_boundary</b> [fit_done ∃]" in stop
     assert "<i>end_training + fit teardown chain:</i>" in stop
     assert "/ end_training,<br/>teardown_internals,<br/>call_on_fit_end," in stop
@@ -259,7 +260,7 @@ def test_overlay_shows_hit_counts_last_state_and_the_failing_state() -> None:
     assert "<b>×2</b>" in val_check and "penwidth=2.5" in val_check
     fit = next(a for t, h, a in edges(source) if t == "__hub1__" and h == "fitting.setup")
     assert "<b>×1</b>" in fit
-    unhit = next(a for t, h, a in edges(source) if (t, h) == ("fitting.training", "finished"))
+    unhit = next(a for t, h, a in edges(source) if (t, h) == ("fitting.between_epochs", "finished"))
     assert "×" not in unhit and "color=gray70" in unhit
     interrupted = re.search(r"^\tinterrupted \[(.*)\]$", source, re.MULTILINE).group(1)
     assert "fillcolor=gold" in interrupted

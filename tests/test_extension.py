@@ -17,7 +17,7 @@ from statemachine.engine.diagram import build_graph
 from statemachine.engine.history import check_path
 from statemachine.engine.history import main as history_main
 
-STOP = L.TABLE.by_key["epoch_boundary: fitting.training -> finished [fit_done]"]
+STOP = L.TABLE.by_key["epoch_boundary: fitting.between_epochs -> finished [fit_done]"]
 WARMUP_EDGE = "train_ready: fitting.train_setup -> fitting.warming_up [needs_warmup]"
 
 
@@ -67,7 +67,7 @@ WARMUP = L.TABLE.extend(
         L.TransitionSpec(
             trigger="warmed_up",
             source="fitting.warming_up",
-            dest="fitting.training",
+            dest="fitting.between_epochs",
             after=("start_training", "note_warmup"),
         ),
     ],
@@ -90,12 +90,13 @@ def test_an_extended_table_runs_its_stage_and_records_it(tmp_path: Any) -> None:
     trainer.fit(model, make_loader())
     assert len(model.warmed) == 2 and trainer.global_step == 3 and trainer.state.finished
     path = [r.end_state for r in trainer.history]
-    assert path == ["fitting.setup", "fitting.train_setup", "fitting.warming_up", "fitting.training"] + [
+    assert path == ["fitting.setup", "fitting.train_setup", "fitting.warming_up", "fitting.between_epochs"] + [
         "fitting.training",
+        "fitting.between_epochs",
         "finished",
     ]
     warmed = trainer.history[3]
-    assert warmed.transition == "warmed_up: fitting.warming_up -> fitting.training"
+    assert warmed.transition == "warmed_up: fitting.warming_up -> fitting.between_epochs"
     assert [(c.name, c.note) for c in warmed.callbacks] == [
         ("start_training", None),
         ("note_warmup", "warm-up ran 2 batches"),
@@ -109,8 +110,12 @@ def test_the_built_in_edge_still_runs_when_the_new_guard_is_false(tmp_path: Any)
     trainer = quiet_trainer(tmp_path, table=WARMUP, limit_train_batches=2)
     model = WarmModel(warmup_batches=0)
     trainer.fit(model, make_loader())
-    assert model.warmed == [] and trainer.history[2].end_state == "fitting.training"
-    assert [(g.name, g.value) for g in trainer.history[2].guards] == [("needs_warmup", False), ("fit_done", False)]
+    assert model.warmed == [] and trainer.history[2].end_state == "fitting.between_epochs"
+    assert [(g.name, g.value) for g in trainer.history[2].guards] == [
+        ("needs_warmup", False),
+        ("fit_done", False),
+        ("resumes_mid_epoch", False),
+    ]
 
 
 def test_a_failure_in_a_users_stage_takes_its_interrupt_edge(tmp_path: Any) -> None:
@@ -287,7 +292,7 @@ def test_the_calibration_example_calibrates_after_training(tmp_path: Path) -> No
     lines = run_example("calibration", "--epochs", "1", "--root", str(tmp_path)).splitlines()
     temperature = float(lines[-2].removeprefix("fitted temperature: "))
     assert temperature > 0 and temperature != 1.0
-    assert lines[-1].endswith("fitting.training -> fitting.calibrating -> finished")
+    assert lines[-1].endswith("fitting.training -> fitting.between_epochs -> fitting.calibrating -> finished")
 
 
 # ---- a callback that needs states of its own ---------------------------------------------------------------

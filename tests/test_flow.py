@@ -215,7 +215,7 @@ def test_reentry_from_a_hook_is_refused_with_the_state(tmp_path: Any) -> None:
             self.trainer.validate(self, make_loader())
 
     trainer = quiet_trainer(tmp_path, limit_train_batches=1)
-    with pytest.raises(RuntimeError, match=r"Trainer\.validate\(\) was called while .*'fitting\.training'"):
+    with pytest.raises(RuntimeError, match=r"Trainer\.validate\(\) was called while .*'fitting\.between_epochs'"):
         trainer.fit(Reentrant(), make_loader())
     assert trainer.interrupted
 
@@ -243,7 +243,7 @@ def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) ->
     model = TinyModel()
     trainer.fit(model, make_loader(), make_loader())
     trainer.test(model, make_loader())
-    epoch = ["epoch_boundary", "val_check", "validation_done", "val_check", "validation_done"]
+    epoch = ["epoch_boundary", "val_check", "validation_done", "val_check", "validation_done", "epoch_done"]
     triggers = [r.trigger for r in trainer.history]
     assert triggers == ["fit", "begin", "sanity_check_done", "train_ready", *epoch, *epoch, "epoch_boundary"] + [
         "test",

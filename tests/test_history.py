@@ -32,10 +32,13 @@ FIT_PATH = [
     ("fit", "fitting.setup", []),
     ("begin", "fitting.sanity_checking", [("resumes_inside_epoch", False), ("should_sanity_check", True)]),
     ("sanity_check_done", "fitting.train_setup", []),
-    ("train_ready", "fitting.training", [("fit_done", False)]),
+    ("train_ready", "fitting.between_epochs", [("fit_done", False), ("resumes_mid_epoch", False)]),
+    ("epoch_boundary", "fitting.training", [("fit_done", False)]),
     ("val_check", "fitting.validating", [("should_check_val", True)]),
     ("validation_done", "fitting.training", []),
+    ("epoch_done", "fitting.between_epochs", []),
     ("epoch_boundary", "fitting.training", [("fit_done", False)]),
+    ("epoch_done", "fitting.between_epochs", []),
     ("epoch_boundary", "finished", [("fit_done", True)]),
 ]
 
@@ -129,14 +132,14 @@ def test_dump_and_load_round_trip_through_memory_fs() -> None:
 
 def test_dump_to_a_local_file_creates_parents_and_leaves_no_temp_file(tmp_path: Path) -> None:
     history = History(maxlen=2)
-    for trigger, dest, guards in FIT_PATH[:5]:
+    for trigger, dest, guards in FIT_PATH[:6]:
         take(history, trigger, dest, guards)
     path = tmp_path / "logs" / "version_0" / "history.json"
     assert history.dump(path) == str(path)
     assert os.listdir(path.parent) == ["history.json"]
     dump = load_history(str(path))
-    assert dump.dropped == 3
-    assert [r.trigger for r in dump.records] == ["train_ready", "val_check"]
+    assert dump.dropped == 4
+    assert [r.trigger for r in dump.records] == ["epoch_boundary", "val_check"]
     assert json.loads(path.read_text())["format_version"] == FORMAT_VERSION
 
 
@@ -205,13 +208,15 @@ def test_undeclared_and_inconsistent_transitions_are_reported() -> None:
     history = fit_history()
     records = history.records
     records[1].transition = "begin: fitting.setup -> finished"
-    records[4].dest = "finished"
-    records[6].transition = "epoch_boundary: fitting.training -> finished [fit_done]"
+    records[5].dest = "finished"
+    records[8].transition = "epoch_boundary: fitting.between_epochs -> finished [fit_done]"
     problems = check_path(records)
     assert "seq 1: 'begin: fitting.setup -> finished' is not a declared transition" in problems
     val_check = "val_check: fitting.training -> fitting.validating [should_check_val]"
-    assert f"seq 4: '{val_check}' ended in 'finished'" in problems
-    assert "seq 6: 'epoch_boundary: fitting.training -> finished [fit_done]' ended in 'fitting.training'" in problems
+    assert f"seq 5: '{val_check}' ended in 'finished'" in problems
+    assert (
+        "seq 8: 'epoch_boundary: fitting.between_epochs -> finished [fit_done]' ended in 'fitting.training'" in problems
+    )
 
 
 def test_the_start_must_be_the_initial_state_unless_records_were_dropped() -> None:
@@ -239,10 +244,10 @@ def test_format_table_shows_each_attempt_readably() -> None:
         record.wall_time = 1_700_000_000 + index * 0.25
     text = format_table(history.to_dump())
     lines = text.splitlines()
-    assert lines[0] == (f"history format 1, table {TABLE.digest} (matches the current table), 9 records, 0 dropped")
+    assert lines[0] == (f"history format 1, table {TABLE.digest} (matches the current table), 12 records, 0 dropped")
     assert re.fullmatch(r"seq +time +trigger +source -> end state +guards +epoch/step/batch +callbacks", lines[1])
-    assert re.search(r"epoch_boundary +fitting\.training -> fitting\.training +fit_done=F +0/6/- +-\n", text)
-    assert re.search(r"\n +7 +1\.750s +epoch_boundary +fitting\.training -> finished +fit_done=T", text)
+    assert re.search(r"epoch_boundary +fitting\.between_epochs -> fitting\.training +fit_done=F +0/8/- +-\n", text)
+    assert re.search(r"\n +10 +2\.500s +epoch_boundary +fitting\.between_epochs -> finished +fit_done=T", text)
     assert "end_training 2.0ms" in text
     assert "finished -> (failed)" in text
     assert "      ! callback dump_history failed: OSError: disk full" in lines
@@ -262,17 +267,18 @@ def test_cli_show_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["show", legal]) == 0
     assert "sanity_check_done" in capsys.readouterr().out
     assert main(["check", legal]) == 0
-    assert capsys.readouterr().out == "legal path: 8 records\n"
+    assert capsys.readouterr().out == "legal path: 11 records\n"
 
     history = fit_history()
-    stop = "epoch_boundary: fitting.training -> finished [fit_done]"
-    history.records[4].transition = stop
+    stop = "epoch_boundary: fitting.between_epochs -> finished [fit_done]"
+    history.records[5].transition = stop
     illegal = history.dump(tmp_path / "illegal.json")
     assert main(["check", illegal]) == 1
     out = capsys.readouterr().out
-    assert f"seq 4: '{stop}' taken on trigger 'val_check'" in out
-    assert f"seq 4: '{stop}' ended in 'fitting.validating'" in out
-    assert "illegal path: 2 problem(s) in 8 records" in out
+    assert f"seq 5: '{stop}' taken from 'fitting.training'" in out
+    assert f"seq 5: '{stop}' taken on trigger 'val_check'" in out
+    assert f"seq 5: '{stop}' ended in 'fitting.validating'" in out
+    assert "illegal path: 3 problem(s) in 11 records" in out
 
 
 def test_cli_bad_usage_and_bad_files_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

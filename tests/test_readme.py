@@ -23,11 +23,12 @@ FIT_PATH = (
     "begin: fitting.setup -> fitting.sanity_checking [should_sanity_check]",
     "begin: fitting.setup -> fitting.train_setup [not should_sanity_check]",
     "sanity_check_done: fitting.sanity_checking -> fitting.train_setup",
-    "train_ready: fitting.train_setup -> fitting.training [not fit_done]",
-    "epoch_boundary: fitting.training -> fitting.training [not fit_done]",
+    "train_ready: fitting.train_setup -> fitting.between_epochs [not fit_done]",
+    "epoch_boundary: fitting.between_epochs -> fitting.training [not fit_done]",
     "val_check: fitting.training -> fitting.validating [should_check_val]",
     "validation_done: fitting.validating -> fitting.training",
-    "epoch_boundary: fitting.training -> finished [fit_done]",
+    "epoch_done: fitting.training -> fitting.between_epochs",
+    "epoch_boundary: fitting.between_epochs -> finished [fit_done]",
     "interrupt: fitting.training -> interrupted",
 )
 

@@ -394,11 +394,20 @@ _STATES = (
         doc="loads the training data",
     ),
     StateSpec(
+        name="fitting.between_epochs",
+        status=TrainerStatus.RUNNING,
+        fn=TrainerFn.FITTING,
+        stage=RunningStage.TRAINING,
+        handler="between_epochs",
+        doc="no epoch in progress: the table decides whether fit stops or runs the next epoch",
+    ),
+    StateSpec(
         name="fitting.training",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.FITTING,
         stage=RunningStage.TRAINING,
         handler="training",
+        doc="an epoch's batches run; it pauses here while a validation runs and continues after it",
     ),
     StateSpec(
         name="fitting.validating",
@@ -457,8 +466,8 @@ _TRANSITIONS = (
         dest="fitting.train_setup",
         before=("reset_sanity_results", "restore_rng_state"),
     ),
-    # The training data is loaded: stop at once (nothing to train, or the checkpoint's fit is already done),
-    # or start training.
+    # The training data is loaded: stop at once (nothing to train, or the checkpoint's fit is already done), continue
+    # the saved epoch at its next batch, or start training at an epoch boundary.
     TransitionSpec(
         trigger="train_ready", source="fitting.train_setup", dest="finished", guard="fit_done", before=_FIT_END_CHAIN
     ),
@@ -466,20 +475,31 @@ _TRANSITIONS = (
         trigger="train_ready",
         source="fitting.train_setup",
         dest="fitting.training",
+        guard="resumes_mid_epoch",
+        after=("start_training",),
+    ),
+    TransitionSpec(
+        trigger="train_ready",
+        source="fitting.train_setup",
+        dest="fitting.between_epochs",
         guard="not fit_done",
         after=("start_training",),
     ),
-    TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.validating", guard="should_check_val"),
-    TransitionSpec(trigger="validation_done", source="fitting.validating", dest="fitting.training"),
     # Before each epoch (the first one too, after on_train_start): stop, or run the epoch.
     TransitionSpec(
         trigger="epoch_boundary",
-        source="fitting.training",
+        source="fitting.between_epochs",
         dest="finished",
         guard="fit_done",
         before=("end_training", *_FIT_END_CHAIN),
     ),
-    TransitionSpec(trigger="epoch_boundary", source="fitting.training", dest="fitting.training", guard="not fit_done"),
+    TransitionSpec(
+        trigger="epoch_boundary", source="fitting.between_epochs", dest="fitting.training", guard="not fit_done"
+    ),
+    # The epoch pauses for each validation it schedules, and goes on from that batch after it.
+    TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.validating", guard="should_check_val"),
+    TransitionSpec(trigger="validation_done", source="fitting.validating", dest="fitting.training"),
+    TransitionSpec(trigger="epoch_done", source="fitting.training", dest="fitting.between_epochs"),
     *(
         TransitionSpec(trigger="finish", source=source, dest="finished", before=_TEARDOWN_CHAIN)
         for source in ("validating", "testing", "predicting")
@@ -502,6 +522,11 @@ _GUARDS = (
         name="resumes_inside_epoch",
         path="statemachine.guards:resumes_inside_epoch",
         doc="the restored checkpoint was saved inside an epoch or one of its validations",
+    ),
+    GuardSpec(
+        name="resumes_mid_epoch",
+        path="statemachine.guards:resumes_mid_epoch",
+        doc="the restored checkpoint continues its epoch at the next batch (saved mid-epoch, or in a validation)",
     ),
     GuardSpec(
         name="should_sanity_check",
@@ -530,6 +555,7 @@ _HANDLERS = {
     "fit_setup": "stages.fit_setup:run_fit_setup",
     "sanity_checking": "stages.evaluation:run_sanity_check",
     "train_setup": "stages.training:run_train_setup",
+    "between_epochs": "stages.training:run_between_epochs",
     "training": "stages.training:run_training",
     "fit_validating": "stages.evaluation:run_fit_validation",
     "validating": "stages.evaluation:run_validate",
