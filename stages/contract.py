@@ -35,6 +35,11 @@ class StageView(Protocol):
 
 class StateView(Protocol):
     @property
+    def fn(self) -> str | None:
+        """The trainer function of the machine's state (`statemachine.engine.enums.TrainerFn`, a str)."""
+        ...
+
+    @property
     def stage(self) -> StageView | None: ...
 
 

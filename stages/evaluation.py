@@ -31,13 +31,13 @@ def evaluate(
     loaders: list[Any],
     num_batches: list[int | float],
     progress: BatchProgress,
-    *,
-    sanity: bool = False,
-    in_fit: bool = False,
 ) -> list[dict[str, float]]:
-    """One pass over every loader, with the VAL hook sequence; returns one dict of numbers per loader."""
+    """One pass over every loader, with the VAL hook sequence; returns one dict of numbers per loader. The
+    machine's state says what kind of pass it is: a sanity check logs nothing, and a pass inside fit runs without
+    autograd but outside inference mode."""
     if sum(num_batches) == 0:
         return []
+    sanity, in_fit = trainer.sanity_checking, trainer.state.fn == "fit"
     noun = _NOUN[kind]
     hooks = run_of(trainer).hooks
     metrics = run_of(trainer).metrics
@@ -127,7 +127,7 @@ class FitValidation:
         steps = trainer.num_sanity_val_steps
         capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
         trainer.num_sanity_val_batches = capped
-        evaluate(trainer, "val", loaders, capped, trainer.fit_loop.val_progress, sanity=True, in_fit=True)
+        evaluate(trainer, "val", loaders, capped, trainer.fit_loop.val_progress)
         run_of(trainer).hooks.callbacks("on_sanity_check_end")
         return "sanity_check_done"
 
@@ -137,7 +137,7 @@ class FitValidation:
         loaders = self.current_loaders()
         if loop.stepped_this_batch:
             run_of(trainer).hooks.module("on_validation_model_zero_grad")
-        evaluate(trainer, "val", loaders, self.num_batches, loop.val_progress, in_fit=True)
+        evaluate(trainer, "val", loaders, self.num_batches, loop.val_progress)
         loop.last_val_end_time = time.monotonic()
         return "validation_done"
 
