@@ -107,15 +107,6 @@ class MetricsView(Protocol):
     def eval_results(self, reduced: Mapping[str, torch.Tensor], num_dataloaders: int) -> list[dict[str, float]]: ...
 
 
-class SchedulerConfigView(Protocol):
-    """One scheduler and how it steps (`stages.optimization.LRSchedulerConfig`)."""
-
-    scheduler: Any
-    interval: str
-    frequency: int
-    monitor: str | None
-
-
 class OptimizationView(Protocol):
     """The run's optimizers and schedulers (`stages.optimization.Optimization`)."""
 
