@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import gc
 import io
 import logging
 import multiprocessing
@@ -164,13 +165,14 @@ class MultiprocessingLauncher:
         store = dist.TCPStore(LOOPBACK, port, None, is_master=True, wait_for_workers=False)
         context = mp.get_context(strategy.start_method)
         queue = context.SimpleQueue()
-        processes = mp.start_processes(
-            _worker,
-            args=(strategy, (LOOPBACK, port), function, args, queue),
-            nprocs=strategy.num_processes,
-            start_method=strategy.start_method,
-            join=False,
-        ).processes
+        with _no_inherited_garbage(strategy.start_method == "fork"):
+            processes = mp.start_processes(
+                _worker,
+                args=(strategy, (LOOPBACK, port), function, args, queue),
+                nprocs=strategy.num_processes,
+                start_method=strategy.start_method,
+                join=False,
+            ).processes
         with _forwarding_sigterm(processes):
             return self._collect(processes, queue, failure_store(store))
 
@@ -238,6 +240,22 @@ def _forwarding_sigterm(processes: list[Any]) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _no_inherited_garbage(forking: bool) -> Iterator[None]:
+    """A forked rank must never collect garbage it inherited: the destructor of, say, a finished run's rendezvous
+    store joins a thread that exists only in this process, and the rank would hang. So this process collects its
+    garbage first, and what the ranks inherit is frozen (never examined by their collector)."""
+    if not forking:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _worker(

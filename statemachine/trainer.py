@@ -430,7 +430,9 @@ class Trainer:
         try:
             distributed.run(run, trigger)
         finally:
+            # Nothing of the call outlives it (its results and predictions may be large).
             self._run = None
+            del self._flow.context
             if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it
                 self._ckpt_path = run.ckpt_path
         return run

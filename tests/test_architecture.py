@@ -1,13 +1,18 @@
 """The architecture's rules that a reader relies on: the Trainer is a facade whose private members only
-`statemachine/trainer.py` touches, and the machine core runs without torch."""
+`statemachine/trainer.py` touches, the machine core runs without torch, import circles are found, and a call's
+run is dropped when the call returns."""
 
 from __future__ import annotations
 
 import ast
+import gc
 import subprocess
 import sys
+import weakref
+from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, TinyModel, make_loader, quiet_trainer
+from import_rules import strongly_connected
 
 # Everything that could reach into a Trainer: the packages, and the code that shows how to use them.
 _SCANNED = ("statemachine", "stages", "devices", "examples", "benchmarks", "tests")
@@ -92,8 +97,18 @@ def test_the_machine_core_imports_without_torch() -> None:
 
 
 def test_the_cycle_rule_names_every_circle_and_nothing_else() -> None:
-    from import_rules import strongly_connected
-
     edges = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"], "f": ["d"]}
     groups = sorted(sorted(group) for group in strongly_connected(edges) if len(group) > 1)
     assert groups == [["a", "b", "c"]]
+
+
+def test_nothing_of_a_call_outlives_it(tmp_path: Path) -> None:
+    # The run of a call holds its results and predictions; the trainer lets go of it when the call returns (the
+    # loaders stay: `trainer.predict_dataloaders` shows them, as in Lightning).
+    trainer = quiet_trainer(tmp_path)
+    predictions = trainer.predict(TinyModel(), make_loader())
+    assert trainer.run is None and len(predictions) == 4
+    watched = [weakref.ref(batch) for batch in predictions]
+    del predictions
+    gc.collect()
+    assert [ref() for ref in watched] == [None] * 4

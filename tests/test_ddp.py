@@ -486,6 +486,18 @@ class RecordsIndices(RankModel):
         (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(self.seen))
 
 
+def test_a_forked_rank_never_collects_garbage_it_inherited(tmp_path: Path) -> None:
+    # Uncollected garbage owning a thread (a finished run's rendezvous store in a reference cycle) would hang a
+    # forked rank whose collector ran its destructor. A hang is this test's failure: it runs in a child process,
+    # given a generous limit.
+    script = Path(__file__).resolve().parent / "scripts" / "fork_with_garbage.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "finished"
+
+
 @pytest.mark.parametrize("use_distributed_sampler", [True, False])
 def test_each_rank_reads_its_share_reshuffled_every_epoch_unless_switched_off(
     tmp_path: Path, use_distributed_sampler: bool
