@@ -13,19 +13,16 @@ build (tests/test_docs.py loads this file by its path).
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import graphviz
+
+from statemachine.engine.diagram import INSTALL_DOT, View, build_graph, views
+from statemachine.engine.table import TABLE, MachineTable, StateSpec, TransitionSpec
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # `mkdocs` runs from .venv/bin; the project is importable from the repo root
-    sys.path.insert(0, str(REPO))
-
-import graphviz  # noqa: E402
-
-from statemachine.engine.diagram import INSTALL_DOT, View, build_graph, views  # noqa: E402
-from statemachine.engine.table import TABLE, MachineTable, StateSpec, TransitionSpec  # noqa: E402
 
 SVG_DIR = "assets/diagrams"  # where the site serves the generated SVGs, relative to the docs root
 DIAGRAMS_MARKER = "<!-- generated: state diagrams -->"

@@ -36,7 +36,7 @@ class NonFiniteLossCheck:
         if self.warned:
             return
         loop = self.trainer.fit_loop
-        if not (loop.is_last_batch or loop._should_log()):
+        if not (loop.is_last_batch or loop.should_log()):
             return
         if loss.numel() == 1:
             finite = math.isfinite(loss.item())  # a fraction of torch.isfinite's cost; item() needs no detach

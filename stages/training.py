@@ -369,7 +369,7 @@ class FitLoop:
             if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
-            metrics.step_end("train", self.batches_that_stepped, self._should_log())
+            metrics.step_end("train", self.batches_that_stepped, self.should_log())
             if multi_process:
                 self._agree_across_ranks()
             if poll_val_check():
@@ -430,7 +430,7 @@ class FitLoop:
         extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
         return {"loss": loss.detach(), **extra}
 
-    def _should_log(self) -> bool:
+    def should_log(self) -> bool:
         every = self.trainer.log_every_n_steps
         return bool(every) and ((self.batches_that_stepped + 1) % every == 0 or self.trainer.should_stop)
 

@@ -60,7 +60,7 @@ class DeviceStatsMonitor(Callback):
             raise ModuleNotFoundError(_PSUTIL_MISSING)
 
     def _log_stats(self, trainer: Any, hook: str) -> None:
-        if not trainer.fit_loop._should_log():
+        if not trainer.fit_loop.should_log():
             return
         device = trainer.strategy.root_device
         if device.type == "cpu" and self._cpu_stats is False:

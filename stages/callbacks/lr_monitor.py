@@ -52,7 +52,7 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if self.logging_interval == "epoch" or not trainer.fit_loop._should_log():
+        if self.logging_interval == "epoch" or not trainer.fit_loop.should_log():
             return
         self._log(trainer, "step" if self.logging_interval is None else "any")
 

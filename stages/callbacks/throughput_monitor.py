@@ -148,7 +148,7 @@ class ThroughputMonitor(Callback):
         )
 
     def _compute(self, stage: str, trainer: Any, step: int | None) -> None:
-        if not trainer.fit_loop._should_log():
+        if not trainer.fit_loop.should_log():
             return
         computed = self._throughputs[stage].compute()
         metrics = {f"{stage}{self.separator}{name}": float(value) for name, value in computed.items()}

@@ -16,9 +16,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from conftest import quiet_trainer
 from ddp_app import RankModel, loader
 
-import statemachine as L
 from devices.environments import LOOPBACK, find_free_port
 
 
@@ -40,17 +40,7 @@ def main(root: str) -> None:
     holder = Holder(dist.TCPStore(LOOPBACK, find_free_port(), None, is_master=True, wait_for_workers=False))
     gc.collect()  # still referenced: the cycle moves to the oldest generation
     del holder  # garbage now, found only by a full collection
-    trainer = L.Trainer(
-        strategy="ddp_fork",
-        devices=2,
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-    )
+    trainer = quiet_trainer(root, strategy="ddp_fork", devices=2, accelerator="cpu")
     trainer.fit(Collecting(), loader(4))
     print(trainer.state.status)
 
