@@ -114,7 +114,7 @@ def main() -> None:
 
     print(f"test accuracy: {results[0]['test_acc']:.4f}")
     print(f"best checkpoint: {trainer.checkpoint_callback.best_model_path}")
-    print(f"state history:   {history_path}  (view: python -m statemachine.engine.history show {history_path})")
+    print(f"state history:   {history_path}  (view: python -m statemachine.history show {history_path})")
     print(f"run diagram:     {diagram}")
 
 

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from devices.strategy import Strategy
 from devices.transfer import move_to_device
-from stages import samplers
+from stages import samplers, seed
 from stages.combined_loader import CombinedLoader, length
 from stages.contract import run_of
 from stages.datamodule import LightningDataModule
@@ -50,6 +50,7 @@ def request(trainer: TrainerView, kind: str) -> Any:
         hook = f"{kind}_dataloader"
         hooks = run_of(trainer).hooks
         given = hooks.datamodule(hook) if trainer.datamodule is not None else hooks.module(hook)
+    seed.add_worker_seeding(given, trainer.global_rank)
     if trainer.use_distributed_sampler and trainer.strategy.is_distributed:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0

@@ -12,9 +12,11 @@ from typing import Any
 
 from stages import rng
 from stages.callbacks.callback import Callback, checkpoints_last
+from stages.loggers.logger import Logger
 from stages.resume import ResumePoint
 from stages.training import SIGTERMException
 from statemachine import checkpoint
+from statemachine.engine.diagram import flow_artifacts
 from statemachine.engine.machine import note_on_cause
 from statemachine.engine.table import ENTRY_TRIGGERS
 from statemachine.profilers.simple import SimpleProfiler
@@ -188,6 +190,16 @@ def call_teardown_hooks(run: Run) -> None:
     run.hooks.datamodule("teardown", stage=fn)
     run.hooks.callbacks("teardown", stage=fn)
     run.hooks.module("teardown", stage=fn)
+
+
+def send_flow_to_trackers(run: Run) -> None:
+    """The loggers that keep artifacts (the trackers) receive the run's state history and the diagram of its
+    path before they close, so a run on a shared server shows where it stopped."""
+    trackers = [logger for logger in run.loggers if type(logger).log_flow_artifacts is not Logger.log_flow_artifacts]
+    if trackers and run.trainer.global_rank == 0:
+        files = flow_artifacts(run.flow.history.to_dump(run.flow.table), run.flow.table)
+        for tracker in trackers:
+            tracker.log_flow_artifacts(files)
 
 
 def finalize_loggers_success(run: Run) -> None:

@@ -38,6 +38,9 @@ __all__ = ["LightningArgumentParser", "LightningCLI", "SaveConfigCallback", "laz
 ArgsType = list[str] | dict[str, Any] | Namespace | None
 
 _LIGHTNING_CLASSES = (LightningModule, LightningDataModule, Callback, Trainer)
+# Trainer arguments a config cannot hold: the machine table is a Python object, given in `trainer_defaults` or
+# left at the built-in one, so the saved config.yaml stays complete and serialisable.
+TRAINER_CODE_ONLY = ("table",)
 
 
 class LightningArgumentParser(ArgumentParser):
@@ -69,12 +72,14 @@ class LightningArgumentParser(ArgumentParser):
             self.callback_keys.append(nested_key)
         if subclass_mode:
             return self.add_subclass_arguments(lightning_class, nested_key, fail_untyped=False, required=required)
+        is_trainer = issubclass(lightning_class, Trainer)
         return self.add_class_arguments(
             lightning_class,
             nested_key,
             fail_untyped=False,
-            instantiate=not issubclass(lightning_class, Trainer),
+            instantiate=not is_trainer,
             sub_configs=True,
+            skip=set(TRAINER_CODE_ONLY) if is_trainer else None,
         )
 
 
@@ -219,7 +224,11 @@ class LightningCLI:
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(self.trainer_class, "trainer")
-        defaults = {f"trainer.{key}": value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        defaults = {
+            f"trainer.{key}": value
+            for key, value in self.trainer_defaults.items()
+            if key != "callbacks" and key not in TRAINER_CODE_ONLY
+        }
         parser.set_defaults(defaults)
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         # not required without a datamodule class: the model's own *_dataloader hooks may provide the data
@@ -255,7 +264,8 @@ class LightningCLI:
         parser = self._parser(self.subcommand)
         extra = [self._get(self.config_init, key) for key in parser.callback_keys]
         section = self._get(self.config_init, "trainer")
-        config = {**(section.as_dict() if section is not None else {}), **kwargs}
+        code_only = {key: value for key, value in self.trainer_defaults.items() if key in TRAINER_CODE_ONLY}
+        config = {**(section.as_dict() if section is not None else {}), **code_only, **kwargs}
         callbacks = _as_list(config.get("callbacks")) + extra
         callbacks += _as_list(self.trainer_defaults.get("callbacks"))
         if self.save_config_callback is not None and not config.get("fast_dev_run"):

@@ -38,9 +38,9 @@ from statemachine import distributed, profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
 from statemachine.engine import enums as states
 from statemachine.engine.enums import RunningStage, TrainerFn, TrainerState
-from statemachine.engine.history import TransitionRecord
 from statemachine.engine.machine import Flow, table_for
 from statemachine.engine.table import TABLE, MachineTable
+from statemachine.engine.trace import HistoryRecords
 from statemachine.profilers import Profiler
 from statemachine.profilers.runner import active_profiler, hook_runner
 from statemachine.run import Run
@@ -509,8 +509,9 @@ class Trainer:
         return self._flow.machine_state == "interrupted"
 
     @property
-    def history(self) -> list[TransitionRecord]:
-        return self._flow.history.records
+    def history(self) -> HistoryRecords:
+        """The state history, a list of transition records; `trainer.history.to_trace(path)` writes its timeline."""
+        return HistoryRecords(self._flow.history.records)
 
     def dump_history(self, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> str:
         """Write the state history as JSON to any fsspec URL (local path, memory://, s3://)."""

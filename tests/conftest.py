@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -158,3 +162,48 @@ def run_example(name: str, *args: str) -> str:
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 with a sqlite store and proxied artifacts; its tracking URI."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    command = [
+        *(sys.executable, "-m", "mlflow", "server"),
+        *("--backend-store-uri", f"sqlite:///{root / 'store.db'}"),
+        *("--artifacts-destination", str(root / "artifacts")),
+        *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+    ]
+    log = open(root / "server.log", "wb")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(server, f"{uri}/health", root / "server.log")
+        yield uri
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def _wait_until_healthy(server: subprocess.Popen, url: str, log: Path, deadline_s: float = 120.0) -> None:
+    """Polls the server's health endpoint: it answers once its store is created and its workers listen."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {server.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            # refused until the server listens; a refusal returns at once, so the poll waits a little between tries
+            time.sleep(0.2)
+    raise RuntimeError(f"mlflow server did not answer {url} within {deadline_s}s:\n{log.read_text()[-3000:]}")

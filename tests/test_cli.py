@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,18 @@ def test_python_dash_m_statemachine_trains_the_example_config(tmp_path: Path) ->
     saved = yaml.safe_load(Path(tmp_path, "lightning_logs", "version_0", "config.yaml").read_text())
     assert saved["data"]["class_path"] == "examples.digits.DigitsData"
     assert list(Path(tmp_path, "lightning_logs", "version_0", "checkpoints").glob("*.ckpt"))
+
+
+def test_the_machine_table_stays_out_of_the_config_and_comes_from_trainer_defaults(tmp_path: Path) -> None:
+    args = ["fit", "--trainer.max_steps=1", "--trainer.limit_val_batches=0", *QUIET]
+    named = L.TABLE.extend(name="from-defaults")
+    defaults = {"default_root_dir": str(tmp_path), "table": named}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = LightningCLI(TinyModel, TinyData, args=args, trainer_defaults=defaults)
+    assert [str(w.message) for w in caught if "serialize" in str(w.message)] == []
+    assert cli.trainer.table is named
+    saved = yaml.safe_load(Path(cli.trainer.log_dir, "config.yaml").read_text())
+    assert "table" not in saved["trainer"] and saved["trainer"]["max_steps"] == 1
+    with pytest.raises(SystemExit):
+        LightningCLI(TinyModel, TinyData, args=[*args, "--trainer.table=x"], trainer_defaults=defaults)

@@ -81,6 +81,9 @@ LIGHTNING_PUBLIC: dict[str, list[str]] = {
     "loggers.logger": ["DummyLogger", "Logger", "rank_zero_experiment"],
     "loggers.tensorboard": ["TensorBoardLogger"],
     "loggers.csv_logs": ["CSVLogger"],
+    "loggers.mlflow": ["MLFlowLogger"],
+    "loggers.wandb": ["WandbLogger"],
+    "loggers.comet": ["CometLogger"],
     "core": ["LightningDataModule", "LightningModule"],
     "core.module": ["LightningModule"],
     "core.datamodule": ["LightningDataModule"],
@@ -194,8 +197,8 @@ def test_strategies_and_cluster_environments_are_the_ones_the_trainer_takes() ->
 
 
 def test_a_refused_name_is_an_import_error_naming_the_reason() -> None:
-    with pytest.raises(ImportError, match=r"statemachine\.loggers\.WandbLogger is not supported yet"):
-        from statemachine.loggers import WandbLogger  # noqa: F401
+    with pytest.raises(ImportError, match=r"statemachine\.loggers\.NeptuneLogger is not supported yet"):
+        from statemachine.loggers import NeptuneLogger  # noqa: F401
     with pytest.raises(ImportError, match="downloads MNIST"):
         from statemachine.demos.mnist_datamodule import MNISTDataModule  # noqa: F401
 
@@ -292,5 +295,5 @@ def test_star_import_and_dir_list_the_supported_names() -> None:
     namespace: dict[str, object] = {}
     exec("from statemachine.callbacks import *", namespace)
     assert {"ModelCheckpoint", "EarlyStopping", "Callback"} <= set(namespace)
-    assert "WandbLogger" not in dir(statemachine.loggers) and "TensorBoardLogger" in dir(statemachine.loggers)
+    assert "NeptuneLogger" not in dir(statemachine.loggers) and "WandbLogger" in dir(statemachine.loggers)
     assert {"callbacks", "loggers", "utilities", "demos"} <= set(dir(statemachine))

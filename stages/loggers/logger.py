@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import numbers
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -73,6 +75,13 @@ class Logger(ABC):
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:  # noqa: B027
         """Called after a checkpoint callback saved a file; loggers that upload checkpoints override it."""
 
+    def log_flow_artifacts(self, files: Mapping[str, bytes]) -> None:  # noqa: B027
+        """Called on global rank zero as a run ends, before `finalize`, with the run's flow: `files` maps a file
+        name to its content (the state-history dump `state-history.json`, its timeline as a Chrome trace
+        `state-timeline.trace.json`, and the diagram of the path it took, `state-overlay.svg`, or
+        `state-overlay.dot` where Graphviz is not installed). Trackers store them as
+        artifacts of the run, so a failed run shows where it stopped."""
+
 
 def check_finalize_status(status: str) -> None:
     if status not in FINALIZE_STATUSES:
@@ -136,6 +145,18 @@ def check_prefix(prefix: Any) -> str:
     if not isinstance(prefix, str):
         raise ValueError(f"prefix {prefix!r} must be a str ('' for none)")
     return prefix
+
+
+def import_tracker(module: str, extra: str, logger: str) -> ModuleType:
+    """The tracker's client library, imported when the logger is made; missing, the error names the extra that
+    installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ModuleNotFoundError(
+            f"{logger} requires `{module}`, which is not installed: "
+            f'pip install "statemachine-trainer[{extra}]" (or pip install {module.replace("_", "-")})'
+        ) from err
 
 
 class VersionedDir:

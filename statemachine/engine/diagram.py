@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import os
 import re
 import sys
@@ -29,6 +30,7 @@ import graphviz
 from statemachine.engine.enums import TrainerFn, TrainerStatus
 from statemachine.engine.history import HistoryDump, load_history, load_table, warn_on_table_mismatch, write_atomic
 from statemachine.engine.table import TABLE, MachineTable, StateSpec, TransitionSpec
+from statemachine.engine.trace import build_trace
 
 REPO_DIAGRAMS = Path(__file__).resolve().parents[2] / "diagrams"
 BASENAME = "trainer"
@@ -530,6 +532,22 @@ def write_graph(graph: graphviz.Digraph, paths: Sequence[str | os.PathLike[str]]
         write_atomic(os.fspath(path), data)
         written.append(os.fspath(path))
     return written
+
+
+def flow_artifacts(dump: HistoryDump, table: MachineTable = TABLE) -> dict[str, bytes]:
+    """A run's flow as files: the history dump, its timeline (a Chrome trace) and the diagram of the path it took
+    (SVG, or DOT where Graphviz is not installed, as the file names say)."""
+    graph = build_graph(table, overlay=dump)
+    try:
+        diagram = {"state-overlay.svg": graph.pipe(format="svg")}
+    except graphviz.ExecutableNotFound:
+        diagram = {"state-overlay.dot": graph.source.encode("utf-8")}
+    timeline = json.dumps(build_trace({"state-history.json": dump.records}), separators=(",", ":"))
+    return {
+        "state-history.json": dump.model_dump_json(indent=1).encode(),
+        "state-timeline.trace.json": timeline.encode(),
+        **diagram,
+    }
 
 
 def _format_of(path: str | os.PathLike[str]) -> str:

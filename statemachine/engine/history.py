@@ -7,6 +7,8 @@ and the table's digest so a dump can be checked against the table it ran on:
 
     python -m statemachine.engine.history show run.json     # a readable table
     python -m statemachine.engine.history check run.json    # is this a legal path through the table?
+
+`python -m statemachine.history` is the public command line: these commands and `trace` (a timeline).
 """
 
 from __future__ import annotations
@@ -380,7 +382,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m statemachine.engine.history", description="Inspect a state-machine history dump."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return run_command(parser, parser.parse_args(argv))
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `show`, `check` and `diff` commands, for this module's command line and the public one."""
     for name, help_text in (
         ("show", "print the dump as a table"),
         ("check", "check that it is a legal path"),
@@ -393,7 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     diff = commands.add_parser("diff", help="report the first transition where two ranks' dumps differ")
     diff.add_argument("path", help="dump file or fsspec URL (for example rank 0's)")
     diff.add_argument("other", help="the dump to compare with (for example rank 1's)")
-    args = parser.parse_args(argv)
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run a command `add_commands` added; its exit status."""
     if args.command == "diff":
         return _run_diff(parser, args.path, args.other)
     try:

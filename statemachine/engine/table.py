@@ -355,7 +355,13 @@ _ENTRY = {
     },
 }
 ENTRY_TRIGGERS = tuple(_ENTRY)  # the trainer functions, each a run's first event
-_TEARDOWN_CHAIN = ("teardown_internals", "call_teardown_hooks", "finalize_loggers_success", "describe_profiler")
+_TEARDOWN_CHAIN = (
+    "teardown_internals",
+    "call_teardown_hooks",
+    "send_flow_to_trackers",
+    "finalize_loggers_success",
+    "describe_profiler",
+)
 # fit's end: the same teardown, with on_fit_end between the internals' teardown and the teardown hooks
 _FIT_END_CHAIN = (_TEARDOWN_CHAIN[0], "call_on_fit_end", *_TEARDOWN_CHAIN[1:])
 _INTERRUPT_CHAIN = (
@@ -363,6 +369,7 @@ _INTERRUPT_CHAIN = (
     "notify_peers",
     "call_on_exception_hooks",
     "strategy_on_exception",
+    "send_flow_to_trackers",
     "finalize_loggers_failed",
     "teardown_profiler",
     "teardown_internals",

@@ -3,17 +3,16 @@
 from statemachine._exports import lazy_exports
 
 _EXPORTS = {
+    "CometLogger": "stages.loggers.comet",
     "CSVLogger": "stages.loggers.csv_logs",
     "DummyLogger": "stages.loggers.logger",
     "Logger": "stages.loggers.logger",
+    "MLFlowLogger": "stages.loggers.mlflow",
     "TensorBoardLogger": "stages.loggers.tensorboard",
+    "WandbLogger": "stages.loggers.wandb",
 }
-_SERVICE = "loggers for hosted experiment services are not built; use TensorBoardLogger or CSVLogger"
 _NOT_SUPPORTED = {
-    "CometLogger": _SERVICE,
-    "MLFlowLogger": _SERVICE,
-    "NeptuneLogger": _SERVICE,
-    "WandbLogger": _SERVICE,
+    "NeptuneLogger": "Neptune is not built; use MLFlowLogger, WandbLogger, CometLogger, TensorBoardLogger or CSVLogger",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _NOT_SUPPORTED)

@@ -1,7 +1,8 @@
 """The profiler contract: time named actions of a run, then report them when the run ends.
 
 A report goes to `{dirpath}/{stage}-{filename}.txt` (any fsspec URL) when a filename is given, else it is
-printed. `dirpath` defaults to the trainer's log directory.
+printed. `dirpath` defaults to the trainer's log directory. A profiler that writes chrome traces of its runs lists
+them in `trace_files()`, for `trainer.history.to_trace(path, profiler=...)`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Profiler(ABC):
         self._stage: str | None = None
         self._local_rank: int | None = None
         self._lightning_module: Any = None
+        self._trace_files: list[str] = []
 
     @abstractmethod
     def start(self, action_name: str) -> None:
@@ -67,6 +69,25 @@ class Profiler(ABC):
         """The run is over (normally or not); subclasses also drop what they recorded."""
         self._stage = None
         self._lightning_module = None
+
+    def trace_files(self) -> list[str]:
+        """The chrome traces this profiler wrote, one per run (or per recorded cycle), oldest first."""
+        if not self._trace_files:
+            raise ValueError(self._why_no_trace_files())
+        return list(self._trace_files)
+
+    def _why_no_trace_files(self) -> str:
+        return (
+            f"{type(self).__name__} writes no chrome trace of its actions; SimpleProfiler(timeline=True), "
+            "AdvancedProfiler(timeline=True) and PyTorchProfiler do"
+        )
+
+    def _write_trace(self, data: bytes, extension: str) -> str:
+        """Write one of this profiler's chrome traces as `{stage}-{filename}[-{local_rank}].{n}{extension}`."""
+        path = self._output_path(self._prepare_filename(extension=f".{len(self._trace_files)}{extension}"))
+        write_atomic(path, data)
+        self._trace_files.append(path)
+        return path
 
     def _prepare_filename(self, action_name: str | None = None, extension: str = ".txt", split_token: str = "-") -> str:
         """`{stage}-{filename}[-{local_rank}][-{action}]{extension}`, leaving out the parts that are unset."""

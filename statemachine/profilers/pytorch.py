@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from statemachine.engine.history import write_atomic
 from statemachine.profilers.base import Profiler
 
 _STEP_ACTIONS = (".training_step", ".validation_step", ".test_step", ".predict_step")
@@ -57,7 +56,6 @@ class PyTorchProfiler(Profiler):
         self.profiler: torch.profiler.profile | None = None
         self._ranges: dict[str, Any] = {}
         self._module_hooks: list[Any] = []
-        self._traces = 0
         self._recording = False
 
     def start(self, action_name: str) -> None:
@@ -134,12 +132,22 @@ class PyTorchProfiler(Profiler):
                 self._module_hooks.append(submodule.register_forward_pre_hook(enter(name)))
                 self._module_hooks.append(submodule.register_forward_hook(leave))
 
+    def _why_no_trace_files(self) -> str:
+        if "on_trace_ready" in self.profiler_kwargs:
+            return (
+                "PyTorchProfiler hands its traces to your on_trace_ready and lists none; merge the files your "
+                "handler wrote with `python -m statemachine.history trace DUMP --profile FILE`"
+            )
+        if not self.export_to_chrome:
+            return "PyTorchProfiler(export_to_chrome=False) writes no chrome trace; leave export_to_chrome=True"
+        return (
+            "PyTorchProfiler has exported no chrome trace yet: it exports one when a run (or a schedule's cycle) ends"
+        )
+
     def _export_chrome_trace(self, profiler: torch.profiler.profile) -> None:
         """Write the finished trace through fsspec: torch writes local files only, so go through a temp file."""
-        name = self._prepare_filename(extension=f".{self._traces}.pt.trace.json")
-        self._traces += 1
         with tempfile.TemporaryDirectory() as scratch:
             local = os.path.join(scratch, "trace.json")
             profiler.export_chrome_trace(local)
             with open(local, "rb") as stream:
-                write_atomic(self._output_path(name), stream.read())
+                self._write_trace(stream.read(), ".pt.trace.json")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from statemachine.profilers.base import Profiler
+from statemachine.profilers.timeline import ActionTimeline, why_no_timeline
 
 if TYPE_CHECKING:
     from statemachine.engine.history import TransitionRecord
@@ -18,13 +19,20 @@ class SimpleProfiler(Profiler):
     """Times every action with `time.perf_counter`; the report lists them by total time, longest first.
 
     With `extended=True` the report also has the number of calls and each action's share of the run's wall time.
+    With `timeline=True` every action's start and end are kept too, and each run, when it ends (normally or not),
+    writes them as a chrome trace `{stage}-{filename}[-{local_rank}].{n}.trace.json` next to the report.
     """
 
     def __init__(
-        self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None, extended: bool = True
+        self,
+        dirpath: str | os.PathLike[str] | None = None,
+        filename: str | None = None,
+        extended: bool = True,
+        timeline: bool = False,
     ) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
         self.extended = extended
+        self._timeline = ActionTimeline() if timeline else None
         self.current_actions: dict[str, float] = {}
         self.recorded_durations: defaultdict[str, list[float]] = defaultdict(list)
         self.start_time = time.perf_counter()
@@ -32,6 +40,8 @@ class SimpleProfiler(Profiler):
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
         self.start_time = time.perf_counter()
+        if self._timeline is not None:
+            self._timeline.start_run()
 
     def start(self, action_name: str) -> None:
         if action_name in self.current_actions:
@@ -44,6 +54,8 @@ class SimpleProfiler(Profiler):
         if started is None:
             raise ValueError(f"action {action_name!r} was stopped but never started")
         self.recorded_durations[action_name].append(end - started)
+        if self._timeline is not None:
+            self._timeline.add(action_name, started, end)
 
     def add_machine_timings(self, records: Sequence[TransitionRecord]) -> None:
         """Each transition and each transition callback of the run, from the history's own timings.
@@ -84,9 +96,15 @@ class SimpleProfiler(Profiler):
         return f"{self._title()}\n\n{_table(header, body, first)}"
 
     def teardown(self, stage: str | None) -> None:
+        if self._timeline is not None and self._stage is not None:
+            self._write_trace(self._timeline.to_json(type(self).__name__), ".trace.json")
+            self._timeline.spans = []
         super().teardown(stage)
         self.current_actions.clear()
         self.recorded_durations.clear()
+
+    def _why_no_trace_files(self) -> str:
+        return why_no_timeline(type(self).__name__, self._timeline)
 
 
 def _table(header: list[str], body: list[list[str]], first: list[str] | None) -> str:

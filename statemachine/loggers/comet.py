@@ -1,0 +1,5 @@
+"""`lightning.pytorch.loggers.comet`."""
+
+from stages.loggers.comet import CometLogger
+
+__all__ = ["CometLogger"]

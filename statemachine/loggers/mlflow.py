@@ -1,0 +1,5 @@
+"""`lightning.pytorch.loggers.mlflow`."""
+
+from stages.loggers.mlflow import MLFlowLogger
+
+__all__ = ["MLFlowLogger"]
