@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from devices.accelerators import Accelerator
-from devices.environments import ClusterEnvironment, LightningEnvironment
+from devices.environments import ClusterEnvironment, LightningEnvironment, made_by_trainer
 from devices.precision import Precision
 from devices.strategy import ModuleT, Strategy, _check_reduce_op
 from devices.watchdog import PeerFailedError, PeerWatch, failure_store
@@ -79,6 +79,8 @@ class DDPStrategy(Strategy):
         self.watch: PeerWatch | None = None
         self._local_rank: int | None = None
         self._store: Any = None
+        # the process group existed before this strategy joined it: its owner destroys it, never this strategy
+        self._adopted = False
         self._broken = False
         self.sync_batchnorm = False
 
@@ -156,7 +158,9 @@ class DDPStrategy(Strategy):
         environment's address, where rank 0 serves it or torchrun's agent does)."""
         super().setup_environment()
         if dist.is_initialized():
+            # A group the user made (or an earlier run joined): joined as it is, and left for its owner to destroy.
             self._check_existing_group()
+            self._adopted = self._store is None
             return
         self._check_world(self.cluster_environment)
         env = self.cluster_environment
@@ -168,6 +172,7 @@ class DDPStrategy(Strategy):
         self._store = dist.TCPStore(host, port, size, is_master=rank == 0 and not hosted_elsewhere, timeout=timeout)
         _log.info("rank %d/%d: joining the %s process group at %s:%d", rank, size, self.backend, host, port)
         dist.init_process_group(self.backend, store=self._store, rank=rank, world_size=size, timeout=timeout)
+        made_by_trainer(dist.group.WORLD)
         atexit.register(self._leave)
         children = getattr(self.launcher, "dead_children", None)
         self.watch = PeerWatch(failure_store(self._store), rank, children)
@@ -300,6 +305,10 @@ class DDPStrategy(Strategy):
         if self._broken or not dist.is_initialized():
             return
         self._broken = True
+        if self._adopted:
+            # Not ours to destroy: the peers learn of this failure from their collectives' timeout, as they would
+            # without the trainer.
+            return
         if self.watch is not None and not isinstance(exception, PeerFailedError):
             # A collective fails here the moment a child rank dies; its death, not this error, came first.
             self.watch.report_dead_children()

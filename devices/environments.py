@@ -239,8 +239,69 @@ def first_hostname(nodelist: str) -> str:
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
+_GROUPS_MADE_BY_TRAINERS: list[object] = []
+
+
+def made_by_trainer(group: object) -> None:
+    """A strategy made `group` (the default process group) for its run."""
+    _GROUPS_MADE_BY_TRAINERS.append(group)
+
+
+class ProcessGroupEnvironment(ClusterEnvironment):
+    """A process group made before the Trainer (Ray Train's workers, a custom launcher, a notebook that called
+    `init_process_group`): ranks and world size are the group's, and the trainer joins it instead of making one.
+
+    The group has no rendezvous left to do, so the address is only what the environment says. Ranks per node come
+    from LOCAL_WORLD_SIZE where the launcher sets it; without it, every rank is taken to be on one node."""
+
+    @staticmethod
+    def detect() -> bool:
+        """Whether a process group exists that no trainer of this process made (a run's own group outlives it,
+        and a later Trainer(devices=1) on rank 0 must not join it)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return False
+        world = dist.group.WORLD
+        return not any(group is world for group in _GROUPS_MADE_BY_TRAINERS)
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    @property
+    def main_address(self) -> str:
+        return self.env.get("MASTER_ADDR", LOOPBACK)
+
+    @property
+    def main_port(self) -> int:
+        return self._int("MASTER_PORT") if "MASTER_PORT" in self.env else 0
+
+    def world_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+
+    def global_rank(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_rank()
+
+    def processes_per_node(self) -> int:
+        return self._int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in self.env else self.world_size()
+
+    def local_rank(self) -> int:
+        return self._int("LOCAL_RANK") if "LOCAL_RANK" in self.env else self.global_rank() % self.processes_per_node()
+
+    def node_rank(self) -> int:
+        return self.global_rank() // self.processes_per_node()
+
+
 def detect(env: Mapping[str, str] | None = None) -> ClusterEnvironment:
-    """The environment that launched this process: torchrun, then SLURM, else a local run."""
+    """The environment that launched this process: a process group that already exists, torchrun, then SLURM,
+    else a local run."""
+    if env is None and ProcessGroupEnvironment.detect():
+        return ProcessGroupEnvironment()
     if TorchElasticEnvironment.detect(env):
         return TorchElasticEnvironment(env)
     if SLURMEnvironment.detect(env):

@@ -67,6 +67,19 @@ class Boom(RuntimeError):
     """The exception the tests inject into user hooks."""
 
 
+class FailingAtStep(TinyModel):
+    """A TinyModel whose init arguments are its hyperparameters; `training_step` raises `Boom` at `fail_at_step`."""
+
+    def __init__(self, lr: float = 0.1, optimizer: dict[str, Any] | None = None, fail_at_step: int = -1) -> None:
+        super().__init__(lr=lr)
+        self.save_hyperparameters()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.global_step == self.hparams.fail_at_step:
+            raise Boom(f"failed at step {self.global_step}")
+        return super().training_step(batch, batch_idx)
+
+
 def make_loader(n: int = 32, batch_size: int = 8, seed: int = 0) -> DataLoader:
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 4, generator=generator)

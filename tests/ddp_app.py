@@ -122,6 +122,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("out")
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--fail", default=None, help="RANK:STEP:raise|kill")
+    parser.add_argument("--test-alone", action="store_true", help="then test on rank 0 alone with devices=1")
     options = parser.parse_args(argv)
     out = Path(options.out)
     L.seed_everything(3)
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> None:
     record = {
         "rank": trainer.global_rank,
         "world_size": trainer.world_size,
-        "hooks": model.hooks,
+        "hooks": list(model.hooks),
         "fit_metrics": fit_metrics,
         "validated": validated,
         "tested": tested,
@@ -159,6 +160,12 @@ def main(argv: list[str]) -> None:
         "best_model_path": trainer.checkpoint_callback.best_model_path,
         "log_dir": trainer.log_dir,
     }
+    if options.test_alone and trainer.is_global_zero:
+        # a common pattern: a one-device trainer on rank 0 alone, after the multi-process run (whose process group
+        # still exists: it must not be taken for one the user made)
+        alone = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, default_root_dir=out)
+        record["tested_alone"] = alone.test(model, loader(4), verbose=False)
+        record["alone_world_size"] = alone.world_size
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 

@@ -94,7 +94,7 @@ def _assert_two_ranks_agree(out: Path) -> None:
 
 
 def test_script_relaunch_runs_every_entry_point_on_two_ranks(tmp_path: Path) -> None:
-    result = _run([sys.executable, str(APP), str(tmp_path), "--strategy", "ddp"], cwd=tmp_path)
+    result = _run([sys.executable, str(APP), str(tmp_path), "--strategy", "ddp", "--test-alone"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     _assert_two_ranks_agree(tmp_path)
     first, second = _ranks(tmp_path)
@@ -102,6 +102,7 @@ def test_script_relaunch_runs_every_entry_point_on_two_ranks(tmp_path: Path) -> 
     assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
     assert first["log_dir"] == second["log_dir"] and (Path(first["log_dir"]) / "metrics.csv").is_file()
     assert first["best_model_path"] == second["best_model_path"] and Path(first["best_model_path"]).is_file()
+    assert first["alone_world_size"] == 1 and first["tested_alone"] == [{"test_rank": 0.0}]
 
 
 def test_torchrun_processes_join_instead_of_launching(tmp_path: Path) -> None:
@@ -588,3 +589,27 @@ def test_sigterm_to_the_launching_process_reaches_every_rank(tmp_path: Path) -> 
     (saved,) = (tmp_path / "ckpt").glob("*.ckpt")
     checkpoint = torch.load(saved, weights_only=False)
     assert checkpoint["global_step"] == 6 and len(checkpoint["statemachine_resume"]["per_rank"]) == 2
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["fit", "failed-fit"])
+def test_a_process_group_made_before_the_trainer_is_joined_and_left_standing(tmp_path: Path, fail: bool) -> None:
+    script = Path(__file__).resolve().parent / "scripts" / "adopted_group.py"
+    rank_variables = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+    env = {key: value for key, value in os.environ.items() if key not in rank_variables}
+    port = str(find_free_port())
+    options = ["--fail"] if fail else []
+    ranks = [
+        subprocess.Popen([sys.executable, str(script), str(rank), port, str(tmp_path), *options], env=env)
+        for rank in (0, 1)
+    ]
+    assert [process.wait(timeout=120) for process in ranks] == [0, 0]
+
+    first, second = _ranks(tmp_path)
+    for rank, seen in enumerate((first, second)):
+        assert (seen["world_size"], seen["global_rank"], seen["strategy"]) == (2, rank, "DDPStrategy")
+        assert seen["standing"] and seen["reduced"] == 1.0  # the same group, still usable: 0 + 1
+    if fail:
+        assert first["failed"] == second["failed"] == "every rank fails at step 1"
+    else:
+        # 32 samples over 2 ranks in batches of 8: each rank trains on its half; DDP keeps the replicas equal
+        assert first["steps"] == second["steps"] == 2 and first["weights"] == second["weights"]

@@ -223,21 +223,27 @@ def _write_remote_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) 
         raise
 
 
-def load_history(path: str | os.PathLike[str], storage_options: dict | None = None) -> HistoryDump:
-    """Read a dump written by `History.dump`; every failure names the file and what is wrong with it."""
-    path = os.fspath(path)
-    fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+def read_json_object(path: str, what: str, storage_options: dict | None = None) -> dict[str, Any]:
+    """The JSON object in `path` (any fsspec URL; a `.gz` file is read decompressed); each failure names `what` and
+    the file."""
     try:
-        with fs.open(fs_path, "rb") as file:
+        with fsspec.open(path, "rb", compression="infer", **(storage_options or {})) as file:
             raw = file.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"history dump {path!r} does not exist") from None
+        raise FileNotFoundError(f"{what} {path!r} does not exist") from None
     try:
         data = json.loads(raw)
     except ValueError as err:
-        raise ValueError(f"history dump {path!r} is not valid JSON: {err}") from None
+        raise ValueError(f"{what} {path!r} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"history dump {path!r} must hold a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{what} {path!r} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_history(path: str | os.PathLike[str], storage_options: dict | None = None) -> HistoryDump:
+    """Read a dump written by `History.dump`; every failure names the file and what is wrong with it."""
+    path = os.fspath(path)
+    data = read_json_object(path, "history dump", storage_options)
     _check_version(path, data)
     try:
         return HistoryDump.model_validate(data)

@@ -19,9 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import fsspec
-
-from statemachine.engine.history import TransitionRecord, write_atomic
+from statemachine.engine.history import TransitionRecord, read_json_object, write_atomic
 
 _NS_PER_S = 1_000_000_000
 _STATES_TID = 1
@@ -360,16 +358,8 @@ def _counters(rank: int, placed: list[_Placed]) -> list[dict[str, Any]]:
 def load_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a chrome trace (`.json`, or `.json.gz` as torch's TensorBoard handler writes); errors name the file."""
     path = os.fspath(path)
-    try:
-        with fsspec.open(path, "rb", compression="infer") as file:
-            raw = file.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"profile {path!r} does not exist") from None
-    try:
-        data = json.loads(raw)
-    except ValueError as err:
-        raise ValueError(f"profile {path!r} is not valid JSON: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+    data = read_json_object(path, "profile")
+    if not isinstance(data.get("traceEvents"), list):
         raise ValueError(f"profile {path!r} is not a chrome trace: it has no traceEvents list")
     return data
 

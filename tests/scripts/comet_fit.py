@@ -12,13 +12,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conftest import Boom, TinyModel, make_loader
+from conftest import FailingAtStep, make_loader
 
 import statemachine as L
 from statemachine.loggers import CometLogger
@@ -34,16 +31,7 @@ QUICK = {
 }
 
 
-class Model(TinyModel):
-    def __init__(self, lr: float = 0.1, optimizer: dict[str, Any] | None = None, fail_at_step: int = -1) -> None:
-        super().__init__(lr=lr)
-        self.save_hyperparameters()
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if self.global_step == self.hparams.fail_at_step:
-            raise Boom(f"failed at step {self.global_step}")
-        return super().training_step(batch, batch_idx)
-
+class Model(FailingAtStep):
     def on_train_end(self) -> None:
         # user code that talks to Comet directly: on a rank other than zero the experiment takes it and does nothing
         self.logger.experiment.log_other("trained_on_rank", self.global_rank)

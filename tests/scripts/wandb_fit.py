@@ -12,28 +12,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conftest import Boom, TinyModel, make_loader
+from conftest import FailingAtStep, make_loader
 
 import statemachine as L
 from statemachine.callbacks import ModelCheckpoint
 from statemachine.loggers import WandbLogger
-
-
-class Model(TinyModel):
-    def __init__(self, lr: float = 0.1, optimizer: dict[str, Any] | None = None, fail_at_step: int = -1) -> None:
-        super().__init__(lr=lr)
-        self.save_hyperparameters()
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if self.global_step == self.hparams.fail_at_step:
-            raise Boom(f"failed at step {self.global_step}")
-        return super().training_step(batch, batch_idx)
 
 
 def main() -> None:
@@ -60,7 +48,7 @@ def main() -> None:
         default_root_dir=out,
         **distributed,
     )
-    model = Model(optimizer={"name": "sgd", "momentum": 0.0}, fail_at_step=3 if args.fail else -1)
+    model = FailingAtStep(optimizer={"name": "sgd", "momentum": 0.0}, fail_at_step=3 if args.fail else -1)
     try:
         trainer.fit(model, make_loader(), make_loader())
         if args.test:
