@@ -613,3 +613,16 @@ def test_a_process_group_made_before_the_trainer_is_joined_and_left_standing(tmp
     else:
         # 32 samples over 2 ranks in batches of 8: each rank trains on its half; DDP keeps the replicas equal
         assert first["steps"] == second["steps"] == 2 and first["weights"] == second["weights"]
+
+
+def test_a_fit_inside_ray_train_joins_the_group_ray_made(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent / "scripts" / "ray_fit.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    first, second = _ranks(tmp_path)
+    for rank, seen in enumerate((first, second)):
+        assert (seen["rank"], seen["world_size"], seen["strategy"]) == (rank, 2, "DDPStrategy")
+        assert seen["same_group"]
+    # each worker trains on its half (2 steps of 8 of the 32 samples) and DDP keeps the replicas equal
+    assert first["steps"] == second["steps"] == 2 and first["weights"] == second["weights"]
