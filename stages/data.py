@@ -100,6 +100,37 @@ def as_list(loaders: Any) -> list[Any]:
     return [loaders]
 
 
+def has_len_all_ranks(
+    dataloader: object, strategy: Any, allow_zero_length_dataloader_with_multiple_devices: bool = False
+) -> bool:
+    """Whether `dataloader` has a length (then on every rank: the lengths are summed across ranks). A length of
+    zero everywhere warns; zero on this rank while others have batches is refused, unless allowed (then warns)."""
+    try:
+        local = len(dataloader)  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError):
+        return False
+    total = int(strategy.reduce(torch.tensor(local, device=strategy.root_device), reduce_op="sum"))
+    name = type(dataloader).__name__
+    if total == 0:
+        warnings.warn(
+            f"Total length of `{name}` across ranks is zero. Please make sure this was your intention.",
+            TrainerWarning,
+            stacklevel=2,
+        )
+    elif local == 0:
+        if not allow_zero_length_dataloader_with_multiple_devices:
+            raise RuntimeError(
+                f"`{name}` within local rank has zero length. Please make sure that it returns at least 1 batch."
+            )
+        warnings.warn(
+            f"Total length of `{name}` across ranks is zero, but local rank has zero length. Please be cautious "
+            "of uneven batch length.",
+            TrainerWarning,
+            stacklevel=2,
+        )
+    return True
+
+
 def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int | float:
     """Batches per loader under a `limit_*_batches` value; a CombinedLoader's limit applies to
     each of its iterables."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import inspect
+import pickle
 from collections.abc import Mapping
 from types import FrameType
 from typing import Any
@@ -37,6 +38,26 @@ def collect_init_args(frame: FrameType, owner: object) -> dict[str, Any]:
     for init_frame in frames or [frame]:
         params.update(_frame_args(init_frame, owner))
     return params
+
+
+def get_init_args(frame: FrameType) -> dict[str, Any]:
+    """The arguments of the method running in `frame` (`self` and `*args` left out, `**kwargs` merged in), as
+    `save_hyperparameters` collects them; empty unless it is a method that uses `super()` (a class's
+    `__init__` calling its parent's)."""
+    if "__class__" not in frame.f_code.co_freevars:
+        return {}
+    info = inspect.getargvalues(frame)
+    owner = info.locals.get(info.args[0]) if info.args else None
+    return _frame_args(frame, owner)
+
+
+def is_picklable(obj: object) -> bool:
+    """Whether `obj` survives `pickle.dumps` (what a checkpoint's hyperparameters and a spawned rank need)."""
+    try:
+        pickle.dumps(obj)
+    except (pickle.PickleError, AttributeError, RecursionError, TypeError):
+        return False
+    return True
 
 
 def _is_init_of(frame: FrameType, owner: object) -> bool:

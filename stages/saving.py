@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import csv
 import inspect
 import os
 import warnings
@@ -58,6 +60,36 @@ def load_hparams_from_yaml(config_yaml: PathLike) -> dict[str, Any]:
     with fs.open(path, "r") as stream:
         loaded = yaml.full_load(stream)
     return dict(loaded or {})
+
+
+def save_hparams_to_tags_csv(tags_csv: PathLike, hparams: Mapping[str, Any] | argparse.Namespace) -> None:
+    """Write `hparams` as a two-column CSV (`key,value`, values as `str` gives them, None as empty); the folder
+    must exist."""
+    folder = os.path.dirname(os.fspath(tags_csv))
+    if folder and not os.path.isdir(folder):
+        raise RuntimeError(f"Missing folder: {folder}.")
+    params = vars(hparams) if isinstance(hparams, argparse.Namespace) else hparams
+    with open(tags_csv, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["key", "value"])
+        writer.writerows(params.items())
+
+
+def load_hparams_from_tags_csv(tags_csv: PathLike) -> dict[str, Any]:
+    """Read a file written by `save_hparams_to_tags_csv`: each value as the Python literal it spells, else the
+    text; a missing file gives {} and a warning."""
+    if not os.path.isfile(tags_csv):
+        warnings.warn(f"Missing Tags: {os.fspath(tags_csv)}.", TrainerWarning, stacklevel=2)
+        return {}
+    with open(tags_csv, newline="") as source:
+        return {row["key"]: _literal(row["value"]) for row in csv.DictReader(source)}
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def _plain(hparams: Mapping[str, Any]) -> dict[str, Any]:

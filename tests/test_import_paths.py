@@ -90,7 +90,13 @@ LIGHTNING_PUBLIC: dict[str, list[str]] = {
     "core.hooks": ["CheckpointHooks", "DataHooks", "ModelHooks"],
     "core.mixins": ["HyperparametersMixin"],
     "core.optimizer": ["LightningOptimizer"],
-    "core.saving": ["load_hparams_from_yaml", "save_hparams_to_yaml"],
+    "core.saving": [
+        "get_filesystem",
+        "load_hparams_from_tags_csv",
+        "load_hparams_from_yaml",
+        "save_hparams_to_tags_csv",
+        "save_hparams_to_yaml",
+    ],
     "accelerators": ["Accelerator", "CPUAccelerator", "CUDAAccelerator", "MPSAccelerator", "XLAAccelerator"],
     "strategies": ["DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy"],
     "profilers": ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler"],
@@ -101,6 +107,7 @@ LIGHTNING_PUBLIC: dict[str, list[str]] = {
     "trainer.states": ["RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"],
     "utilities": [
         "AttributeDict",
+        "is_picklable",
         "CombinedLoader",
         "grad_norm",
         "measure_flops",
@@ -124,7 +131,8 @@ LIGHTNING_PUBLIC: dict[str, list[str]] = {
     "utilities.exceptions": ["MisconfigurationException"],
     "utilities.grads": ["grad_norm"],
     "utilities.model_helpers": ["is_overridden"],
-    "utilities.parsing": ["AttributeDict"],
+    "utilities.parsing": ["AttributeDict", "get_init_args", "is_picklable"],
+    "utilities.data": ["has_len_all_ranks"],
     "utilities.warnings": ["PossibleUserWarning"],
     "utilities.types": ["EVAL_DATALOADERS", "OptimizerLRScheduler", "STEP_OUTPUT", "TRAIN_DATALOADERS"],
     "demos": [

@@ -14,6 +14,7 @@ _EXPORTS = {
     "rank_zero_only": "statemachine.utilities.rank_zero",
     "rank_zero_warn": "statemachine.utilities.rank_zero",
     "is_overridden": "statemachine.utilities.model_helpers",
+    "is_picklable": "stages.hparams",
 }
 _NOT_SUPPORTED = {
     "measure_flops": "FLOP counting is not built",
