@@ -267,7 +267,7 @@ class TrainerView(Protocol):
     fast_dev_run: int | bool
     val_check_interval: int | float | str | timedelta | dict[str, int]
     check_val_every_n_epoch: int | None
-    num_sanity_val_steps: int
+    num_sanity_val_steps: int | float
     log_every_n_steps: int
     accumulate_grad_batches: int
     gradient_clip_val: int | float | None

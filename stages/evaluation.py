@@ -125,7 +125,7 @@ class FitValidation:
         # Lightning's val loop requests its loaders when it runs, after `on_sanity_check_start`
         loaders = self.current_loaders()
         steps = trainer.num_sanity_val_steps
-        capped = [count if steps == -1 else min(steps, count) for count in self.num_batches]
+        capped = [min(steps, count) for count in self.num_batches]
         trainer.num_sanity_val_batches = capped
         evaluate(trainer, "val", loaders, capped, trainer.fit_loop.val_progress)
         run_of(trainer).hooks.callbacks("on_sanity_check_end")

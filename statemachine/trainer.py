@@ -178,9 +178,9 @@ class Trainer:
         self.val_check_interval = 1.0 if config.val_check_interval is None else config.val_check_interval
         self.check_val_every_n_epoch = config.check_val_every_n_epoch
         default_sanity = 0 if barebones else 2
-        self.num_sanity_val_steps = (
-            default_sanity if config.num_sanity_val_steps is None else config.num_sanity_val_steps
-        )
+        sanity = default_sanity if config.num_sanity_val_steps is None else config.num_sanity_val_steps
+        # -1 is "every batch", which the trainer keeps as inf (as Lightning shows it)
+        self.num_sanity_val_steps: int | float = float("inf") if sanity == -1 else sanity
         self.log_every_n_steps = (
             (0 if barebones else 50) if config.log_every_n_steps is None else config.log_every_n_steps
         )
@@ -191,7 +191,7 @@ class Trainer:
         self.use_distributed_sampler = config.use_distributed_sampler
         self.detect_anomaly = config.detect_anomaly
         self.enable_autolog_hparams = config.enable_autolog_hparams
-        self._default_root_dir = os.fspath(config.default_root_dir) if config.default_root_dir else os.getcwd()
+        self._default_root_dir = _root_dir(config.default_root_dir)
         self.max_time = parse_duration(config.max_time)
         given = config.callbacks if isinstance(config.callbacks, list | tuple) else [config.callbacks]
         has_timer = self.max_time is not None or any(isinstance(c, Timer) for c in given)
@@ -784,3 +784,11 @@ def _check_data_arguments(trigger: str, datamodule: Any, **loaders: Any) -> None
         data.check_argument(trigger, name, value)
     if datamodule is not None and any(loader is not None for loader in loaders.values()):
         raise MisconfigurationException("pass either dataloaders or a datamodule, not both")
+
+
+def _root_dir(given: str | os.PathLike[str] | None) -> str:
+    """The working directory by default; a local path with `~` expanded and normalised, a URL as given."""
+    if not given:
+        return os.getcwd()
+    path = os.fspath(given)
+    return path if "://" in path else os.path.normpath(os.path.expanduser(path))

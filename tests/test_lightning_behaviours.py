@@ -409,3 +409,15 @@ def test_a_monitor_never_logged_only_warns_while_no_validation_ran(tmp_path: Pat
     with pytest.warns(UserWarning, match="could not find the monitored key"):
         trainer.fit(TinyModel(), make_loader())
     assert not (tmp_path / "ckpts").exists() or os.listdir(tmp_path / "ckpts") == []
+
+
+def test_default_root_dir_expands_the_home_directory_and_leaves_urls_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # a "~" taken literally would be a folder here
+    trainer = L.Trainer(default_root_dir="~/runs/../logs", max_epochs=1, logger=False, enable_progress_bar=False)
+    assert trainer.default_root_dir == str(tmp_path / "logs")
+    trainer.fit(TinyModel(), make_loader())
+    assert (tmp_path / "logs" / "checkpoints").is_dir() and not (tmp_path / "~").exists()
+    assert L.Trainer(default_root_dir="memory://runs", logger=False).default_root_dir == "memory://runs"

@@ -582,6 +582,11 @@ def test_num_sanity_val_steps(tmp_path: Any, steps: int | None, expected: int) -
     assert recorder.validations == [(0, 1)]
 
 
+def test_num_sanity_val_steps_minus_one_reads_back_as_inf(tmp_path: Any) -> None:
+    assert quiet_trainer(tmp_path, num_sanity_val_steps=-1).num_sanity_val_steps == math.inf
+    assert quiet_trainer(tmp_path, num_sanity_val_steps=3).num_sanity_val_steps == 3
+
+
 # ---- grad, anomaly and determinism modes -----------------------------------------------------------------------------
 
 
