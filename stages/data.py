@@ -105,9 +105,8 @@ def has_len_all_ranks(
 ) -> bool:
     """Whether `dataloader` has a length (then on every rank: the lengths are summed across ranks). A length of
     zero everywhere warns; zero on this rank while others have batches is refused, unless allowed (then warns)."""
-    try:
-        local = len(dataloader)  # type: ignore[arg-type]
-    except (TypeError, NotImplementedError):
+    local = length(dataloader)
+    if local is None:
         return False
     total = int(strategy.reduce(torch.tensor(local, device=strategy.root_device), reduce_op="sum"))
     name = type(dataloader).__name__

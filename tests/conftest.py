@@ -161,6 +161,16 @@ def timer_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Comet's environment and code logging take seconds per experiment and are not what the tests check.
+COMET_QUICK: dict[str, Any] = {
+    "log_code": False,
+    "log_git_metadata": False,
+    "log_git_patch": False,
+    "log_env_details": False,
+    "auto_output_logging": False,
+    "display_summary_level": 0,
+}
+
 
 def run_example(name: str, *args: str) -> str:
     """Run `examples/<name>.py` with `args` in its own interpreter, the project's warnings as errors; its stdout."""

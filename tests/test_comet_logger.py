@@ -28,19 +28,10 @@ from stages.rank_zero import rank_zero_only
 from statemachine.engine.diagram import flow_artifacts
 from statemachine.engine.history import HistoryDump, check_path
 from statemachine.loggers import CometLogger, CSVLogger
-from tests.conftest import REPO, TinyModel, make_loader
+from tests.conftest import COMET_QUICK, REPO, TinyModel, make_loader
 
 SCRIPT = REPO / "tests" / "scripts" / "comet_fit.py"
 HARD_TIMEOUT = 120  # seconds; a hang fails the test instead of the suite
-# Comet's environment and code logging take seconds per experiment and are not what these tests check.
-QUICK: dict[str, Any] = {
-    "log_code": False,
-    "log_git_metadata": False,
-    "log_git_patch": False,
-    "log_env_details": False,
-    "auto_output_logging": False,
-    "display_summary_level": 0,
-}
 COMET_SETTINGS = (
     "COMET_API_KEY",
     "COMET_WORKSPACE",
@@ -158,7 +149,7 @@ def _clean_comet(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def offline_logger(directory: Path, **options: Any) -> CometLogger:
-    return CometLogger(online=False, offline_directory=str(directory), **(QUICK | options))
+    return CometLogger(online=False, offline_directory=str(directory), **(COMET_QUICK | options))
 
 
 def quiet_trainer(tmp_path: Path, logger: Any, **options: Any) -> L.Trainer:
@@ -340,7 +331,7 @@ def test_comets_environment_settings_fill_what_is_not_given(tmp_path: Path, monk
     monkeypatch.setenv("COMET_OFFLINE_DIRECTORY", str(tmp_path))
     monkeypatch.setenv("COMET_PROJECT_NAME", "from-env")
     monkeypatch.setenv("COMET_START_EXPERIMENT_NAME", "env-run")
-    logger = CometLogger(**QUICK)
+    logger = CometLogger(**COMET_QUICK)
     assert (logger.save_dir, logger.name) == (str(tmp_path), "from-env")
     logger.log_metrics({"x": 1.0}, step=0)
     archive = ended_archive(logger)
@@ -427,7 +418,7 @@ def test_an_invalid_experiment_key_is_refused_by_comet(tmp_path: Path) -> None:
 
 def test_online_without_an_api_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="Comet.ml requires an API key"):
-        CometLogger(offline_directory=str(tmp_path), **QUICK)
+        CometLogger(offline_directory=str(tmp_path), **COMET_QUICK)
 
 
 def test_missing_comet_ml_names_the_extra_to_install() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import inspect
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,18 +24,18 @@ class Base:
     def __init__(self, a: int, b: int = 2, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         unrelated = 5  # noqa: F841 - a local that is not an argument
-        self.seen = get_init_args(inspect.currentframe())  # type: ignore[arg-type]
+        self.seen = get_init_args(sys._getframe())
 
 
 class Child(Base):
     def __init__(self, z: int, **kwargs: Any) -> None:
         super().__init__(1, **kwargs)
-        self.own = get_init_args(inspect.currentframe())  # type: ignore[arg-type]
+        self.own = get_init_args(sys._getframe())
 
 
 class NoSuper:
     def __init__(self, a: int) -> None:
-        self.seen = get_init_args(inspect.currentframe())  # type: ignore[arg-type]
+        self.seen = get_init_args(sys._getframe())
 
 
 def test_get_init_args_gives_an_init_s_arguments_with_its_keywords_merged_in() -> None:

@@ -7,9 +7,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import COMET_QUICK, TinyModel, make_loader, quiet_trainer
 from mlflow import MlflowClient
-from test_comet_logger import QUICK, ended_archive
+from test_comet_logger import ended_archive
 from test_wandb_logger import end_wandb, offline_environment, only_run
 
 from statemachine.loggers import CometLogger, MLFlowLogger, WandbLogger
@@ -24,7 +24,7 @@ def test_mlflow_wandb_and_comet_at_once_each_get_every_metric_and_the_flow(
     monkeypatch.chdir(tmp_path)
     mlflow = MLFlowLogger(experiment_name=f"together-{uuid.uuid4().hex[:8]}", tracking_uri=mlflow_server)
     wandb = WandbLogger(save_dir=tmp_path)
-    comet = CometLogger(online=False, offline_directory=str(tmp_path / "comet"), **QUICK)
+    comet = CometLogger(online=False, offline_directory=str(tmp_path / "comet"), **COMET_QUICK)
     trainer = quiet_trainer(tmp_path, logger=[mlflow, wandb, comet], max_epochs=2, log_every_n_steps=1)
     try:
         trainer.fit(TinyModel(), make_loader(), make_loader(seed=1))

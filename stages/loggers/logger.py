@@ -60,7 +60,8 @@ class Logger(ABC):
     def log_hyperparams(self, params: dict[str, Any] | argparse.Namespace) -> None:
         """Record the run's hyperparameters."""
 
-    # log_graph, save and after_save_checkpoint are optional hooks: doing nothing is the right default
+    # log_graph, save, after_save_checkpoint and log_flow_artifacts are optional hooks: doing nothing is the right
+    # default
     def log_graph(self, model: Any, input_array: Any = None) -> None:  # noqa: B027
         """Record the model's computational graph; called once per run, after the hyperparameters."""
 

@@ -15,20 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conftest import FailingAtStep, make_loader
+from conftest import COMET_QUICK, FailingAtStep, make_loader
 
 import statemachine as L
 from statemachine.loggers import CometLogger
-
-# Comet's environment and code logging take seconds per run and are not what these tests check.
-QUICK = {
-    "log_code": False,
-    "log_git_metadata": False,
-    "log_git_patch": False,
-    "log_env_details": False,
-    "auto_output_logging": False,
-    "display_summary_level": 0,
-}
 
 
 class Model(FailingAtStep):
@@ -45,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     logger = CometLogger(
-        online=False, project="tiny-project", name="tiny-run", offline_directory=str(out / "comet"), **QUICK
+        online=False, project="tiny-project", name="tiny-run", offline_directory=str(out / "comet"), **COMET_QUICK
     )
     distributed = {"strategy": "ddp", "devices": 2, "accelerator": "cpu"} if args.ddp else {}
     trainer = L.Trainer(
