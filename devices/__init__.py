@@ -9,6 +9,7 @@ from devices.checkpoint_io import CorruptCheckpointError, load_checkpoint, remov
 from devices.connector import connect
 from devices.ddp import DDPStrategy
 from devices.environments import ClusterEnvironment, LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
+from devices.parallel import ParallelStrategy
 from devices.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision, StepClosure, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 from devices.transfer import move_optimizer_state, move_to_device
@@ -26,6 +27,7 @@ __all__ = [
     "LightningEnvironment",
     "SLURMEnvironment",
     "TorchElasticEnvironment",
+    "ParallelStrategy",
     "Precision",
     "SingleDeviceStrategy",
     "StepClosure",

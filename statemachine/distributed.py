@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from devices.ddp import DDPStrategy
 from devices.launchers import MultiprocessingLauncher
+from devices.parallel import ParallelStrategy
 from devices.watchdog import PeerFailedError
 from stages.contract import TrainerView
 from stages.exceptions import MisconfigurationException
@@ -54,7 +54,7 @@ def run(run: Run, trigger: str) -> None:
     strategy = run.strategy
     launcher = getattr(strategy, "launcher", None)
     if launcher is None:
-        if isinstance(strategy, DDPStrategy):
+        if isinstance(strategy, ParallelStrategy):
             strategy.setup_environment()  # torchrun or SLURM started this process: join their group
         _drive(run, trigger)
         return
@@ -68,7 +68,7 @@ def run(run: Run, trigger: str) -> None:
 def _drive(run: Run, trigger: str) -> None:
     strategy = run.strategy
     rank_zero_only.rank = strategy.global_rank
-    if not isinstance(strategy, DDPStrategy):
+    if not isinstance(strategy, ParallelStrategy):
         run.drive(trigger)
         return
     _agree_on_log_versions(run.trainer, strategy)
@@ -85,7 +85,7 @@ def _drive(run: Run, trigger: str) -> None:
         strategy.disarm()
 
 
-def _agree_on_log_versions(trainer: TrainerView, strategy: DDPStrategy) -> None:
+def _agree_on_log_versions(trainer: TrainerView, strategy: ParallelStrategy) -> None:
     """A logger picks its next free version folder on first use; every rank takes rank 0's pick, so the
     checkpoint and history paths match across ranks."""
     for logger in trainer.loggers:

@@ -712,12 +712,12 @@ class Trainer:
 
     @property
     def num_nodes(self) -> int:
-        return self.strategy.num_nodes if isinstance(self.strategy, devices.DDPStrategy) else 1
+        return self.strategy.num_nodes if isinstance(self.strategy, devices.ParallelStrategy) else 1
 
     @property
     def device_ids(self) -> list[int]:
         strategy = self.strategy
-        used = strategy.parallel_devices if isinstance(strategy, devices.DDPStrategy) else None
+        used = strategy.parallel_devices if isinstance(strategy, devices.ParallelStrategy) else None
         return [device.index or 0 for device in used or [strategy.root_device]]
 
     def save_checkpoint(

@@ -3,12 +3,16 @@ the sharded and accelerator-specific strategies are not built yet."""
 
 from statemachine._exports import lazy_exports
 
-_EXPORTS = {"DDPStrategy": "devices.ddp", "SingleDeviceStrategy": "devices.strategy", "Strategy": "devices.strategy"}
+_EXPORTS = {
+    "DDPStrategy": "devices.ddp",
+    "ParallelStrategy": "devices.parallel",
+    "SingleDeviceStrategy": "devices.strategy",
+    "Strategy": "devices.strategy",
+}
 _NOT_BUILT = (
     "DeepSpeedStrategy",
     "FSDPStrategy",
     "ModelParallelStrategy",
-    "ParallelStrategy",
     "SingleDeviceXLAStrategy",
     "XLAStrategy",
 )
