@@ -27,8 +27,8 @@ _ZIP_END_MAGIC = b"PK\x05\x06"
 _ZIP_END_SIZE = 22
 _ZIP_END_SEARCH = _ZIP_END_SIZE + 0xFFFF
 # Temporary files of saves in flight: `.<name>.tmp-<32 hex digits>`, a pattern no user file is likely to match.
-_TEMPORARY_MARK = ".tmp-"
-_TEMPORARY_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
+TEMPORARY_MARK = ".tmp-"
+TEMPORARY_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
 
 
 class CorruptCheckpointError(ValueError):
@@ -51,7 +51,7 @@ def save_checkpoint(checkpoint: dict[str, Any], path: PathLike, storage_options:
         fs.makedirs(parent, exist_ok=True)
     # Same directory as the target, so the final move is a rename on local disks; hidden and suffixed
     # so that checkpoint globs (*.ckpt) never pick up a half-written file.
-    temporary = posixpath.join(parent, f".{name}{_TEMPORARY_MARK}{uuid.uuid4().hex}")
+    temporary = posixpath.join(parent, f".{name}{TEMPORARY_MARK}{uuid.uuid4().hex}")
     if isinstance(fs, LocalFileSystem):
         _save_local(checkpoint, fs_path, temporary, shown)
     else:
@@ -59,7 +59,8 @@ def save_checkpoint(checkpoint: dict[str, Any], path: PathLike, storage_options:
 
 
 def remove_stale_temporaries(directory: PathLike, storage_options: dict[str, Any] | None = None) -> list[str]:
-    """Delete the temporary files that interrupted saves (kill -9, power loss) left in `directory`.
+    """Delete the temporary files (and sharded checkpoint folders) that interrupted saves (kill -9, power loss)
+    left in `directory`.
 
     Only names this module writes are touched. Call it when a run starts saving into `directory`: a save in
     flight from another process into the same directory would lose its file.
@@ -67,10 +68,10 @@ def remove_stale_temporaries(directory: PathLike, storage_options: dict[str, Any
     fs, root = url_to_fs(os.fspath(directory), **(storage_options or {}))
     if not fs.isdir(root):
         return []
-    stale = [path for path in fs.ls(root, detail=False) if _TEMPORARY_NAME.fullmatch(posixpath.basename(path))]
+    stale = [path for path in fs.ls(root, detail=False) if TEMPORARY_NAME.fullmatch(posixpath.basename(path))]
     for path in stale:
         with contextlib.suppress(FileNotFoundError):
-            fs.rm(path)
+            fs.rm(path, recursive=fs.isdir(path))
     return stale
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
 from devices.ddp import DDPStrategy
 from devices.environments import ClusterEnvironment, detect
+from devices.parallel import ParallelStrategy
 from devices.precision import MixedPrecision, Precision, canonical_precision, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 
@@ -26,9 +27,10 @@ _DDP_NAMES: dict[str, tuple[str, bool]] = {
 for _name, (_method, _) in list(_DDP_NAMES.items()):
     _DDP_NAMES[f"{_name}_find_unused_parameters_true"] = (_method, True)
     _DDP_NAMES[f"{_name}_find_unused_parameters_false"] = (_method, False)
-_STRATEGIES = ("auto", "single_device", *_DDP_NAMES)
+_FSDP_NAMES = ("fsdp", "fsdp_cpu_offload")
+_STRATEGIES = ("auto", "single_device", *_DDP_NAMES, *_FSDP_NAMES)
 # Lightning's other multi-process strategies, which this project does not run.
-_UNSUPPORTED_PREFIXES = ("fsdp", "deepspeed", "xla", "ddp_")
+_UNSUPPORTED_PREFIXES = ("deepspeed", "xla", "ddp_")
 
 
 def connect(
@@ -51,7 +53,7 @@ def connect(
     if chosen is not None:
         devices = _devices_from_environment(devices, environment)
     device_indices = _collect(problems, chosen.parse_devices, devices) if chosen is not None else None
-    ddp = _collect(problems, _resolve_strategy, strategy)
+    parallel = _collect(problems, _resolve_strategy, strategy)
     _collect(problems, _check_num_nodes, num_nodes)
     # With other flags already wrong, only check the precision: building it may warn about a run that won't happen.
     plugin = _collect(problems, _resolve_precision, precision, plugins, None if problems else chosen)
@@ -62,23 +64,23 @@ def connect(
             f"strategy='single_device' runs one process, but devices={devices!r} with num_nodes={num_nodes!r} asks "
             "for several; use strategy='ddp' (or 'ddp_spawn') or devices=1"
         )
-    if sync_batchnorm and ddp is None and not multi and not problems:
+    if sync_batchnorm and parallel is None and not multi and not problems:
         problems.append("sync_batchnorm=True needs a multi-process strategy such as strategy='ddp'")
     if problems:
         raise ValueError(problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems))
     assert chosen is not None and device_indices is not None and isinstance(plugin, Precision)
-    if ddp is None and multi:
-        ddp = DDPStrategy(start_method="popen")  # Lightning's choice for several processes under "auto"
-    if ddp is None:
+    if parallel is None and multi:
+        parallel = DDPStrategy(start_method="popen")  # Lightning's choice for several processes under "auto"
+    if parallel is None:
         single = SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
         single.cluster_environment = environment
         return single
-    if ddp.cluster_environment is None:
-        ddp.cluster_environment = environment
-    ddp.num_nodes = num_nodes
-    ddp.sync_batchnorm = sync_batchnorm
-    ddp.finish_setup(chosen, [chosen.device_for(index) for index in device_indices], plugin)
-    return ddp
+    if parallel.cluster_environment is None:
+        parallel.cluster_environment = environment
+    parallel.num_nodes = num_nodes
+    parallel.sync_batchnorm = sync_batchnorm
+    parallel.finish_setup(chosen, [chosen.device_for(index) for index in device_indices], plugin)
+    return parallel
 
 
 def _devices_from_environment(devices: Any, environment: ClusterEnvironment) -> Any:
@@ -170,16 +172,16 @@ def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
     return kind()
 
 
-def _resolve_strategy(value: Any) -> DDPStrategy | None:
-    """A DDP strategy for DDP names and instances; None for the single-device choices."""
-    if isinstance(value, DDPStrategy):
+def _resolve_strategy(value: Any) -> ParallelStrategy | None:
+    """A multi-process strategy for its names and instances; None for the single-device choices."""
+    if isinstance(value, ParallelStrategy):
         return value
     if isinstance(value, SingleDeviceStrategy):
         raise ValueError(
             f"strategy={value!r}: pass strategy='single_device' (or 'auto'); a SingleDeviceStrategy instance is "
             "built by the Trainer from accelerator and devices"
         )
-    allowed = f"use one of {list(_STRATEGIES)} or a DDPStrategy instance"
+    allowed = f"use one of {list(_STRATEGIES)} or a DDPStrategy, FSDPStrategy or ModelParallelStrategy instance"
     if not isinstance(value, str):
         raise ValueError(f"strategy={value!r} is not valid; {allowed}")
     name = value.strip().lower()
@@ -190,6 +192,10 @@ def _resolve_strategy(value: Any) -> DDPStrategy | None:
         if find_unused:
             return DDPStrategy(start_method=method, find_unused_parameters=True)
         return DDPStrategy(start_method=method)
+    if name in _FSDP_NAMES:
+        from devices.fsdp import FSDPStrategy  # loaded on first use: importing FSDP2 is slow, and most runs never need it
+
+        return FSDPStrategy(cpu_offload=name == "fsdp_cpu_offload")
     if name.startswith(_UNSUPPORTED_PREFIXES):
         raise ValueError(f"strategy={value!r} is a Lightning strategy this project does not support; {allowed}")
     raise ValueError(f"strategy={value!r} is not a known strategy; {allowed}")

@@ -139,6 +139,11 @@ class ParallelStrategy(Strategy):
         return devices[self.local_rank % len(devices)] if devices else torch.device("cpu")
 
     @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How the data is split: each rank reads its own part."""
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @property
     def backend(self) -> str:
         if self.process_group_backend is not None:
             return self.process_group_backend

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from devices import checkpoint_io
+from devices import checkpoint_io, sharded
 from devices.accelerators import Accelerator
 from devices.checkpoint_io import PathLike
 from devices.empty_init import EmptyInit
@@ -73,6 +73,11 @@ class Strategy(ABC):
         """How many devices each node uses."""
 
     @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How the data is split across the ranks: `num_replicas` parts, this process reading part `rank`."""
+        return {"num_replicas": 1, "rank": 0}
+
+    @property
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
@@ -109,6 +114,11 @@ class Strategy(ABC):
         converted = self.precision.convert_module(module)
         return self.model_to_device(converted)
 
+    def route_steps(self, module: nn.Module, names: Iterable[str]) -> None:
+        """After `setup_module`: a strategy that must see each of these step methods as a forward of the module
+        (to gather sharded parameters around it) wraps them here; the others run the methods as they are."""
+        return None
+
     def model_to_device(self, module: ModuleT) -> ModuleT:
         return module.to(self.root_device)
 
@@ -143,6 +153,25 @@ class Strategy(ABC):
             module.to(_CPU)
         self.accelerator.teardown()
 
+    # ---- state dicts: what a checkpoint holds of the module and the optimizers ----------------------------
+
+    def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The module's weights as a checkpoint stores them (every rank calls it: a sharded strategy gathers)."""
+        return module.state_dict()
+
+    def gathered_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """The whole weights on rank 0 (every rank calls it), for handing them to another process."""
+        return module.state_dict()
+
+    def optimizer_state_dict(self, module: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_module_state_dict(self, module: nn.Module, state: dict[str, Any], strict: bool = True) -> None:
+        module.load_state_dict(state, strict=strict)
+
+    def load_optimizer_state_dict(self, module: nn.Module, optimizer: Optimizer, state: dict[str, Any]) -> None:
+        optimizer.load_state_dict(indexed_optimizer_state(state))
+
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: PathLike, storage_options: dict[str, Any] | None = None
     ) -> None:
@@ -153,6 +182,8 @@ class Strategy(ABC):
     def load_checkpoint(
         self, path: PathLike, storage_options: dict[str, Any] | None = None, weights_only: bool = False
     ) -> dict[str, Any]:
+        if sharded.is_sharded_checkpoint(path):
+            return sharded.consolidate(path)  # one process reads every shard
         # Load onto the CPU: restoring then copies into parameters wherever they live, and a file saved
         # on a GPU still opens on a host without one.
         return checkpoint_io.load_checkpoint(
@@ -249,6 +280,20 @@ class SingleDeviceStrategy(Strategy):
             f"SingleDeviceStrategy(accelerator={self.accelerator.name!r}, device={str(self.root_device)!r}, "
             f"precision={self.precision.name!r})"
         )
+
+
+def indexed_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """`torch.optim`'s layout (parameters numbered in group order) of an optimizer state keyed by parameter names,
+    as a sharded strategy saves it; a state already numbered is returned as it is."""
+    groups = state.get("param_groups", [])
+    names = [name for group in groups for name in group.get("params", [])]
+    if not names or not all(isinstance(name, str) for name in names):
+        return state
+    index = {name: number for number, name in enumerate(names)}
+    return {
+        "state": {index[name]: value for name, value in state.get("state", {}).items() if name in index},
+        "param_groups": [{**group, "params": [index[name] for name in group["params"]]} for group in groups],
+    }
 
 
 def _check_reduce_op(reduce_op: Any) -> None:

@@ -54,7 +54,8 @@ def request(trainer: TrainerView, kind: str) -> Any:
     if trainer.use_distributed_sampler and trainer.strategy.is_distributed:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0
-        return samplers.distribute(given, kind, trainer.world_size, trainer.global_rank, shuffle)
+        split = trainer.strategy.distributed_sampler_kwargs  # the data-parallel ranks, which may be fewer
+        return samplers.distribute(given, kind, split["num_replicas"], split["rank"], shuffle)
     return given
 
 

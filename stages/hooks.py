@@ -37,6 +37,11 @@ def is_overridden(name: str, instance: object, parent: type) -> bool:
     return attribute is not None and attribute is not getattr(parent, name, None)
 
 
+def overridden_steps(module: LightningModule) -> tuple[str, ...]:
+    """The step methods the module implements."""
+    return tuple(name for name in sorted(STEP_METHODS) if is_overridden(name, module, LightningModule))
+
+
 def takes_batch_idx(step: Any) -> bool:
     """Whether a step method is called with `batch_idx`: it names it, takes `*args`, or has two positional slots."""
     try:

@@ -96,6 +96,12 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         return 0 if self._trainer is None else self._trainer.local_rank
 
     @property
+    def device_mesh(self) -> Any:
+        """The strategy's `DeviceMesh` (ModelParallelStrategy, FSDPStrategy), for `configure_model` to
+        parallelize with; None under a strategy without one."""
+        return None if self._trainer is None else getattr(self._trainer.strategy, "device_mesh", None)
+
+    @property
     def logger(self) -> Any:
         return None if self._trainer is None else self._trainer.logger
 

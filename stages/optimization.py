@@ -270,19 +270,22 @@ class Optimization:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
         return None
 
-    def state_dicts(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        optimizers = [o.state_dict() for o in self.optimizers]
+    def state_dicts(self, module: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        strategy = self.trainer.strategy
+        optimizers = [strategy.optimizer_state_dict(module, o) for o in self.optimizers]
         schedulers = [c.scheduler.state_dict() for c in self.lr_scheduler_configs]
         return optimizers, schedulers
 
-    def load_state_dicts(self, optimizer_states: list[dict[str, Any]], scheduler_states: list[dict[str, Any]]) -> None:
+    def load_state_dicts(
+        self, module: Any, optimizer_states: list[dict[str, Any]], scheduler_states: list[dict[str, Any]]
+    ) -> None:
         if len(optimizer_states) != len(self.optimizers):
             raise ValueError(
                 f"the checkpoint has {len(optimizer_states)} optimizer states but configure_optimizers returned "
                 f"{len(self.optimizers)} optimizers"
             )
         for optimizer, state in zip(self.optimizers, optimizer_states):
-            optimizer.load_state_dict(state)
+            self.trainer.strategy.load_optimizer_state_dict(module, optimizer, state)
         self.trainer.strategy.optimizers_to_device(self.optimizers)
         for config, state in zip(self.lr_scheduler_configs, scheduler_states):
             config.scheduler.load_state_dict(state)

@@ -16,6 +16,7 @@ import torch
 import yaml
 
 from devices.checkpoint_io import load_checkpoint
+from devices.sharded import consolidate, is_sharded_checkpoint
 from stages.exceptions import TrainerWarning
 
 PathLike = str | os.PathLike[str]
@@ -112,11 +113,14 @@ def load_from_checkpoint(
     **kwargs: Any,
 ) -> Any:
     """Build `cls` (a LightningModule or LightningDataModule) from a checkpoint; see their `load_from_checkpoint`."""
-    checkpoint = load_checkpoint(
-        checkpoint_path,
-        map_location=_cpu_storage if map_location is None else map_location,
-        weights_only=bool(weights_only),
-    )
+    if is_sharded_checkpoint(checkpoint_path):
+        checkpoint = consolidate(checkpoint_path)  # a sharded folder: every shard read into full tensors
+    else:
+        checkpoint = load_checkpoint(
+            checkpoint_path,
+            map_location=_cpu_storage if map_location is None else map_location,
+            weights_only=bool(weights_only),
+        )
     key = cls.CHECKPOINT_HYPER_PARAMS_KEY
     if hparams_file is not None:
         extension = os.fspath(hparams_file).rsplit(".", 1)[-1].lower()

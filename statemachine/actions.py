@@ -12,6 +12,7 @@ from typing import Any
 
 from stages import rng
 from stages.callbacks.callback import Callback, checkpoints_last
+from stages.hooks import overridden_steps
 from stages.loggers.logger import Logger
 from stages.resume import ResumePoint
 from stages.training import SIGTERMException
@@ -79,12 +80,15 @@ def call_setup_hooks(run: Run) -> None:
 
 
 def configure_model(run: Run) -> None:
-    run.hooks.module("configure_model")  # a no-op unless the module overrides it
+    """Layers made here are born on the run's device, in the precision's dtype (a no-op unless the module
+    overrides the hook)."""
+    with run.strategy.tensor_init_context():
+        run.hooks.module("configure_model")
 
 
 def restore_weights_and_callbacks(run: Run) -> None:
-    """Restore the weights first (before the strategy set-up): load the resolved checkpoint, then weights,
-    datamodule, callbacks."""
+    """Load the resolved checkpoint, then restore weights, datamodule and callbacks. The strategy has placed the
+    module already, so a sharded module loads only its own shards."""
     run.ckpt_path = checkpoint.resolve_ckpt_path(run, run.ckpt_path_arg)
     if run.ckpt_path is None:
         return
@@ -95,6 +99,7 @@ def restore_weights_and_callbacks(run: Run) -> None:
 def setup_strategy(run: Run) -> None:
     run.metrics.reset_all()
     run.strategy.setup_module(run.model)
+    run.strategy.route_steps(run.model, overridden_steps(run.model))
 
 
 def configure_optimizers(run: Run) -> None:

@@ -42,7 +42,7 @@ def dump(trainer: TrainerView, hooks: HookRunner, optimization: Optimization, we
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "pytorch-lightning_version": LIGHTNING_VERSION,
-        "state_dict": module.state_dict(),
+        "state_dict": trainer.strategy.module_state_dict(module),
         "loops": {
             "fit_loop": trainer.fit_loop.state_dict(),
             "validate_loop": _eval_loop_state(trainer.validate_progress.state_dict()),
@@ -52,7 +52,7 @@ def dump(trainer: TrainerView, hooks: HookRunner, optimization: Optimization, we
     }
     if not weights_only:
         checkpoint["callbacks"] = _callback_states(trainer)
-        optimizer_states, scheduler_states = optimization.state_dicts()
+        optimizer_states, scheduler_states = optimization.state_dicts(module)
         checkpoint["optimizer_states"] = optimizer_states
         checkpoint["lr_schedulers"] = scheduler_states
         precision_state = trainer.strategy.precision.state_dict()
@@ -194,7 +194,7 @@ def restore_model_and_callbacks(run: Run, checkpoint: dict[str, Any], path: str)
     trainer = run.trainer
     module = run.model
     run.hooks.module("on_load_checkpoint", checkpoint)
-    module.load_state_dict(checkpoint["state_dict"], strict=module.strict_loading)
+    run.strategy.load_module_state_dict(module, checkpoint["state_dict"], strict=module.strict_loading)
     datamodule = trainer.datamodule
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
         datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
@@ -233,7 +233,7 @@ def restore_precision_and_optimizers(run: Run, checkpoint: dict[str, Any]) -> No
     """The precision plugin's state (a gradient scaler's), the optimizers' and the schedulers'."""
     precision = run.strategy.precision
     precision.load_state_dict(checkpoint.get(type(precision).__qualname__, {}))
-    run.optimization.load_state_dicts(checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
+    run.optimization.load_state_dicts(run.model, checkpoint["optimizer_states"], checkpoint.get("lr_schedulers", []))
 
 
 def _restore_fit_loop(trainer: TrainerView, state: dict[str, Any]) -> None:

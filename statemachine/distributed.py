@@ -97,16 +97,16 @@ def _drive_in_worker(run: Run, trigger: str) -> WorkerOutput | None:
     _own_memory(run.model)
     _drive(run, trigger)
     trainer = run.trainer
+    weights = run.strategy.gathered_module_state_dict(run.model)  # every rank: a sharded model gathers its shards
     if not trainer.is_global_zero:
         return None
-    module = run.model
     callback = trainer.checkpoint_callback
     saved = {}
     if callback is not None:
         saved = {name: getattr(callback, name, None) for name in _CHECKPOINT_RESULTS}
     return WorkerOutput(
         state=run.flow.machine_state,
-        weights={k: v.detach().cpu() for k, v in module.state_dict().items()},
+        weights={k: v.detach().cpu() for k, v in weights.items()},
         callback_metrics={k: v.detach().cpu() for k, v in trainer.callback_metrics.items()},
         logged_metrics={k: v.detach().cpu() for k, v in trainer.logged_metrics.items()},
         checkpoint=saved,

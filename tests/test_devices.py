@@ -492,8 +492,8 @@ def test_ddp_strategy_refuses_what_the_trainers_flags_set(name: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"strategy": "fsdp"}, "strategy='fsdp'"),
         ({"strategy": "deepspeed"}, "strategy='deepspeed'"),
+        ({"strategy": "xla_debug"}, "strategy='xla_debug'"),
         ({"strategy": "single_device", "devices": 2}, "strategy='single_device'"),
     ],
 )
@@ -551,9 +551,9 @@ def test_connect_refuses_mps_as_not_yet_supported() -> None:
 
 def test_connect_reports_every_bad_flag_at_once() -> None:
     with pytest.raises(ValueError) as info:
-        connect("cpu", devices=0, strategy="fsdp", precision="bf15", num_nodes=0)
+        connect("cpu", devices=0, strategy="deepspeed", precision="bf15", num_nodes=0)
     message = str(info.value)
-    for needle in ("devices=0", "strategy='fsdp'", "precision='bf15'", "num_nodes=0"):
+    for needle in ("devices=0", "strategy='deepspeed'", "precision='bf15'", "num_nodes=0"):
         assert needle in message
 
 

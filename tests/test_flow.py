@@ -257,9 +257,9 @@ def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) ->
     assert loaded.matches(TABLE)
     assert [r.model_dump() for r in loaded.records] == [r.model_dump() for r in trainer.history]
     fit_record = loaded.records[0]
-    # Lightning's set-up order for fit: connect (and start the profiler), callbacks, data, setup hooks, model,
-    # restore weights and callback state, strategy (optimizers), on_fit_start, hyperparameters, restore the
-    # loops, signals.
+    # The set-up order for fit: connect (and start the profiler), callbacks, data, setup hooks, model, strategy
+    # (the module placed, or sharded), restore weights and callback state, optimizers, on_fit_start,
+    # hyperparameters, restore the loops, signals.
     assert [c.name for c in fit_record.callbacks] == [
         "connect_model",
         "setup_profiler",
@@ -267,8 +267,8 @@ def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) ->
         "prepare_data",
         "call_setup_hooks",
         "configure_model",
-        "restore_weights_and_callbacks",
         "setup_strategy",
+        "restore_weights_and_callbacks",
         "configure_optimizers",
         "call_on_fit_start",
         "log_hyperparams",

@@ -522,13 +522,8 @@ class ModelCheckpoint(Checkpoint):
         return Path(self.dirpath).absolute() in previous_path.parents
 
     def _remove_checkpoint(self, trainer: Any, filepath: str) -> None:
-        if not trainer.is_global_zero:
-            return
-        try:
-            self._fs.rm(filepath)
-        except FileNotFoundError:
-            # Already gone (removed by hand, or a dangling link target): nothing left to evict.
-            pass
+        # The strategy knows what a checkpoint is (a file, or a sharded folder); one already gone is no error.
+        trainer.strategy.remove_checkpoint(filepath)
 
 
 def _epoch_validates(trainer: Any) -> bool:

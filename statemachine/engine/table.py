@@ -336,8 +336,8 @@ _SETUP_CHAIN = (
     "prepare_data",
     "call_setup_hooks",
     "configure_model",
-    "restore_weights_and_callbacks",
     "setup_strategy",
+    "restore_weights_and_callbacks",
 )
 _FIT_START_CHAIN = (
     "call_on_fit_start",
