@@ -193,7 +193,7 @@ def _resolve_strategy(value: Any) -> ParallelStrategy | None:
             return DDPStrategy(start_method=method, find_unused_parameters=True)
         return DDPStrategy(start_method=method)
     if name in _FSDP_NAMES:
-        from devices.fsdp import FSDPStrategy  # loaded on first use: importing FSDP2 is slow, and most runs never need it
+        from devices.fsdp import FSDPStrategy  # loaded on first use: importing FSDP2 is slow, most runs skip it
 
         return FSDPStrategy(cpu_offload=name == "fsdp_cpu_offload")
     if name.startswith(_UNSUPPORTED_PREFIXES):

@@ -18,12 +18,14 @@ from devices.accelerators import Accelerator
 from devices.environments import ClusterEnvironment, LightningEnvironment, made_by_trainer
 from devices.precision import Precision
 from devices.strategy import ModuleT, Strategy, _check_reduce_op
-from devices.watchdog import PeerFailedError, PeerWatch, failure_store
+from devices.watchdog import PeerFailedError, PeerWatch, StalledRankError, failure_store
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
+RENDEZVOUS_TIMEOUT = timedelta(minutes=5)
 _PEER_REPORT_SECONDS = 2.0
+_CHILDREN_GRACE_SECONDS = 15.0  # a stalled launching rank waits this long for the ranks it started to end
 _START_METHODS = ("popen", "spawn", "fork", "forkserver")
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -79,6 +81,8 @@ class ParallelStrategy(Strategy):
         # the process group existed before this strategy joined it: its owner destroys it, never this strategy
         self._adopted = False
         self._broken = False
+        # set when a collective timed out because other ranks never arrived: the error that names them
+        self.stall: StalledRankError | None = None
         self.sync_batchnorm = False
 
     def finish_setup(self, accelerator: Accelerator, devices: list[torch.device], precision: Precision) -> None:
@@ -171,13 +175,15 @@ class ParallelStrategy(Strategy):
         # torchrun's agent already serves a store at that address; every rank joins it as a client.
         hosted_elsewhere = store_host is not None or env.creates_processes_externally and _agent_store(env)
         timeout = self.timeout or DEFAULT_TIMEOUT
-        self._store = dist.TCPStore(host, port, size, is_master=rank == 0 and not hosted_elsewhere, timeout=timeout)
+        # Starting the processes is no collective: a short collective timeout must not fail a slow start.
+        waiting = max(timeout, RENDEZVOUS_TIMEOUT)
+        self._store = dist.TCPStore(host, port, size, is_master=rank == 0 and not hosted_elsewhere, timeout=waiting)
         _log.info("rank %d/%d: joining the %s process group at %s:%d", rank, size, self.backend, host, port)
         dist.init_process_group(self.backend, store=self._store, rank=rank, world_size=size, timeout=timeout)
         made_by_trainer(dist.group.WORLD)
         atexit.register(self._leave)
         children = getattr(self.launcher, "dead_children", None)
-        self.watch = PeerWatch(failure_store(self._store), rank, children)
+        self.watch = PeerWatch(failure_store(self._store), rank, children, world_size=size)
 
     def _check_world(self, env: ClusterEnvironment) -> None:
         if env.creates_processes_externally and env.world_size() != self.world_size:
@@ -200,12 +206,30 @@ class ParallelStrategy(Strategy):
             self.watch.stop()
         _destroy_group()
 
-    def arm(self, handling: Callable[[], bool]) -> None:
+    def arm(
+        self,
+        handling: Callable[[], bool],
+        where: Callable[[], str] = lambda: "in a run",
+        on_stalled: Callable[[str], None] = lambda stack: None,
+    ) -> None:
         """A run starts: a peer's failure from now on interrupts this process (unless `handling()` says it is
-        already handling a failure of its own)."""
+        already handling a failure of its own). `where()` describes the run's position to the peers;
+        `on_stalled(stack)` keeps the history and this rank's stacks if the peers time out waiting for it."""
         if self.watch is not None:
             self.watch.handling = handling
+            self.watch.where = where
+            self.watch.on_stalled = lambda stack: self._stalled(on_stalled, stack)
             self.watch.armed = True
+
+    def _stalled(self, on_stalled: Callable[[str], None], stack: str) -> None:
+        """This rank is about to end because its peers timed out waiting for it: keep its record, and let the
+        ranks it launched finish before it goes (none may outlive the run)."""
+        try:
+            on_stalled(stack)
+        finally:
+            wait = getattr(self.launcher, "wait_for_children", None)
+            if wait is not None:
+                wait(_CHILDREN_GRACE_SECONDS)
 
     def disarm(self) -> None:
         if self.watch is not None:
@@ -285,7 +309,16 @@ class ParallelStrategy(Strategy):
             failure = self.peer_failure()
             if failure is not None:
                 raise PeerFailedError.of(failure) from error
+            stall = self._stall_behind(error)
+            if stall is not None:
+                raise stall from error
             raise
+
+    def _stall_behind(self, error: BaseException) -> StalledRankError | None:
+        """When `error` is a collective's timeout: the error that names the ranks that never arrived."""
+        if self.stall is None and self.watch is not None and _timed_out(error):
+            self.stall = self.watch.stalled(self.timeout)
+        return self.stall
 
     # ---- failure ----------------------------------------------------------------------------------------
 
@@ -306,7 +339,8 @@ class ParallelStrategy(Strategy):
             if _lost_a_peer(exception):
                 # The peer that vanished (or the launcher that saw it die) reports it; give it a moment first.
                 self.watch.wait_for_report(_PEER_REPORT_SECONDS)
-            self.watch.report(self.global_rank, exception)
+            stall = None if isinstance(exception, StalledRankError) else self._stall_behind(exception)
+            self.watch.report(self.global_rank, stall or exception)
         _destroy_group()
 
     def on_exception(self, exception: BaseException) -> None:
@@ -329,6 +363,12 @@ class ParallelStrategy(Strategy):
 def _lost_a_peer(exception: BaseException) -> bool:
     """gloo's and NCCL's wording when a collective fails because another process went away."""
     return isinstance(exception, RuntimeError) and "by peer" in str(exception)
+
+
+def _timed_out(error: BaseException) -> bool:
+    """gloo's and NCCL's wording when a collective waited past the process group's timeout."""
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("timed out" in text or "timeout" in text)
 
 
 def _agent_store(env: ClusterEnvironment) -> bool:

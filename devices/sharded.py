@@ -72,7 +72,7 @@ def save(
     if is_global_zero:
         temporary.mkdir(parents=True)
     barrier("sharded_checkpoint_folder")
-    import torch.distributed.checkpoint as dcp  # loaded on first use: importing DCP is slow, and most runs never need it
+    import torch.distributed.checkpoint as dcp  # loaded on first use: importing DCP is slow, most runs skip it
 
     dcp.save(tensors, checkpoint_id=str(temporary))
     if is_global_zero:

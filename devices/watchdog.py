@@ -5,16 +5,25 @@ rendezvous store can. The first rank to fail writes its rank and error under one
 writer wins); a thread on every rank polls that key. A rank that learns of a peer's failure while its main thread
 runs Python code gets `PeerFailedError` raised there. A rank blocked inside a collective is released by the failed
 rank tearing down its process group, which makes the collective fail at once.
+
+The same thread publishes, twice a second, whether its main thread waits in a collective and where the run is
+(the machine's state, epoch, step). When a collective times out, the ranks that were not waiting in one (or
+stopped publishing) are the ones that stalled: the error names them and their last state, and each stalled rank,
+named in the store, prints its threads' stacks, writes them with its history dump and exits.
 """
 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
+import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
@@ -22,7 +31,12 @@ import torch.distributed as dist
 _log = logging.getLogger(__name__)
 
 FAILURE_KEY = "first_failure"
+STALLED_KEY = "stalled_ranks"
 _POLL_SECONDS = 0.1
+_PUBLISH_SECONDS = 0.5
+_SILENT_SECONDS = 3.0  # a rank that published nothing for this long is stuck where even its watch cannot run
+# Innermost frames of a main thread waiting for its peers: a collective, or autograd running one in backward.
+_WAITING_PARTS = ("/torch/distributed/", "/torch/autograd/", "/torch/_tensor.py", "/torch/nn/parallel/")
 # Frames from these files mean the main thread is inside a blocking collective or autograd: an exception raised
 # there asynchronously would land in torch internals, and the failed peer's teardown already makes the call fail.
 _BLOCKING_FILES = ("distributed_c10d.py", "autograd/__init__.py", "autograd/graph.py", "_tensor.py")
@@ -30,6 +44,14 @@ _BLOCKING_FILES = ("distributed_c10d.py", "autograd/__init__.py", "autograd/grap
 
 def describe_failure(rank: int, message: str) -> str:
     return f"rank {rank} failed first: {message}"
+
+
+class StalledRankError(RuntimeError):
+    """A collective timed out because other ranks never arrived; the message names them and where they were."""
+
+    def __init__(self, message: str, ranks: list[int]) -> None:
+        super().__init__(message)
+        self.ranks = ranks
 
 
 class PeerFailedError(RuntimeError):
@@ -81,10 +103,15 @@ class PeerWatch:
         store: Any,  # a failure_store(...) view
         rank: int,
         dead_children: Callable[[], list[tuple[int, str]]] | None = None,
+        world_size: int = 1,
     ) -> None:
         self.store = store
         self.rank = rank
+        self.world_size = world_size
         self.dead_children = dead_children
+        self.where: Callable[[], str] = lambda: "outside a run"  # the machine's position, set for each run
+        self.on_stalled: Callable[[str], None] = lambda stack: None  # writes the stack with the history dump
+        self._published = 0.0
         self.failure: tuple[int, str] | None = None
         self.armed = False  # set while a run is in progress and this rank has not failed itself
         self.handling: Callable[[], bool] = lambda: False  # whether the main thread already handles a failure
@@ -146,13 +173,94 @@ class PeerWatch:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
 
+    # ---- stalled ranks ----------------------------------------------------------------------------------
+
+    def stalled(self, timeout: timedelta | None) -> StalledRankError | None:
+        """After a collective of this rank timed out: the peers that never arrived, as the error to raise (None
+        when every peer was waiting too and none fell silent). Names them in the store, so they dump and exit."""
+        peers = [rank for rank in range(self.world_size) if rank != self.rank]
+        positions = {rank: self._position(rank) for rank in peers}
+        late = [rank for rank, (waiting, _) in positions.items() if not waiting]
+        if not late:
+            return None
+        try:
+            self.store.compare_set(STALLED_KEY, "", ",".join(map(str, late)))
+        except RuntimeError:
+            pass  # the store's host is the stalled rank, gone: the message still names it
+        limit = f"within {timeout}" if timeout is not None else "in time"
+        described = "; ".join(f"rank {rank}: {positions[rank][1]}" for rank in late)
+        who = "rank" if len(late) == 1 else "ranks"
+        message = (
+            f"{who} {', '.join(map(str, late))} did not reach the next agreement {limit} (the strategy's timeout); "
+            f"last state: {described}. A stalled rank prints its threads' stacks and writes them next to its "
+            "history dump"
+        )
+        return StalledRankError(message, late)
+
+    def _position(self, rank: int) -> tuple[bool, str]:
+        """(waiting in a collective, where its run was) as `rank` last published it."""
+        try:
+            published = self.store.get(f"progress/{rank}").decode() if self.store.check([f"progress/{rank}"]) else ""
+        except RuntimeError:
+            published = ""
+        if not published:
+            return False, "never reported its position"
+        stamp, waiting, where = published.split("|", 2)
+        if time.time() - float(stamp) > _SILENT_SECONDS:
+            return False, f"{where} (then silent: stuck where no Python runs)"
+        return waiting == "1", where
+
+    def _publish(self) -> None:
+        now = time.time()
+        if now - self._published < _PUBLISH_SECONDS:
+            return
+        self._published = now
+        waiting = "1" if self._main_is_waiting() else "0"
+        try:
+            self.store.set(f"progress/{self.rank}", f"{now}|{waiting}|{self.where()}")
+        except RuntimeError:
+            pass  # the store is gone: a failure is being handled
+
+    def _named_stalled(self) -> bool:
+        try:
+            if not self.store.check([STALLED_KEY]):
+                return False
+            return str(self.rank) in self.store.get(STALLED_KEY).decode().split(",")
+        except RuntimeError:
+            return False
+
+    def _dump_and_exit(self) -> None:
+        """This rank is the one the others waited for: show where each thread is, keep the history, end."""
+        _log.error("rank %d: the other ranks timed out waiting for this rank; its threads' stacks follow", self.rank)
+        with tempfile.TemporaryFile("w+") as buffer:
+            faulthandler.dump_traceback(file=buffer, all_threads=True)
+            buffer.seek(0)
+            stack = buffer.read()
+        sys.stderr.write(f"rank {self.rank} stalled; the stacks of its threads:\n{stack}")
+        sys.stderr.flush()
+        try:
+            self.on_stalled(stack)
+        finally:
+            os._exit(1)
+
+    def _main_is_waiting(self) -> bool:
+        frame = None if self._main is None else sys._current_frames().get(self._main)
+        if frame is None:
+            return False
+        filename = frame.f_code.co_filename.replace("\\", "/")
+        return any(part in filename for part in _WAITING_PARTS)
+
     def _loop(self) -> None:
         while not self._stop.wait(_POLL_SECONDS):
+            if self.armed:
+                self._publish()
             if self.failure is None:
                 self.report_dead_children()
             failure = self.read()
             if failure is None or failure[0] == self.rank:
                 continue
+            if self._named_stalled():
+                self._dump_and_exit()
             if self.armed and not self.handling() and not self._main_is_blocked():
                 self.armed = False
                 _log.error("rank %d: stopping because rank %d failed: %s", self.rank, *failure)

@@ -228,14 +228,18 @@ def ignore_sigint(run: Run) -> None:
     run.signals.ignore_sigint()
 
 
-def notify_peers(run: Run) -> None:
+def notify_peers(run: Run) -> str | None:
     """First, before any hook: the other ranks learn of this failure, so they stop now instead of waiting in a
     collective until the process group's timeout; collectives are local from here on. A SIGTERM that every rank
-    agreed on is no failure: all ranks take this edge together and their hooks may still use collectives."""
+    agreed on is no failure: all ranks take this edge together and their hooks may still use collectives. When the
+    failure is a collective's timeout, the note names the ranks that never arrived."""
     exception = run.exception
     agreed_stop = isinstance(exception, SIGTERMException) and exception.agreed
-    if exception is not None and not agreed_stop:
-        run.strategy.on_failure(exception)
+    if exception is None or agreed_stop:
+        return None
+    run.strategy.on_failure(exception)
+    stall = getattr(run.strategy, "stall", None)
+    return None if stall is None or stall is exception else str(stall)
 
 
 def call_on_exception_hooks(run: Run) -> None:
@@ -302,12 +306,17 @@ def _hyperparameters(run: Run) -> dict[str, Any]:
     return params
 
 
-def _dump_interrupt_history(run: Run) -> None:
+def history_dump_path(run: Run) -> str:
+    """Where a failed run's history goes: next to its logs, named by rank and the last record's number."""
     trainer = run.trainer
     record = run.flow.history.records[-1]
     directory = trainer.log_dir or trainer.default_root_dir
     # One file per rank in a multi-process run, so ranks never overwrite each other's dump.
     rank = f"rank{trainer.global_rank}-" if trainer.world_size > 1 else ""
-    path = os.path.join(directory, f"state-history-{rank}{record.seq}.json")
-    trainer.history_dump_path = trainer.dump_history(path)
+    return os.path.join(directory, f"state-history-{rank}{record.seq}.json")
+
+
+def _dump_interrupt_history(run: Run) -> None:
+    trainer = run.trainer
+    trainer.history_dump_path = trainer.dump_history(history_dump_path(run))
     _log.warning("the run was interrupted; its state history is in %s", trainer.history_dump_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import fsspec
 import torch
 
 from devices.launchers import MultiprocessingLauncher
@@ -15,6 +16,7 @@ from stages.contract import TrainerView
 from stages.exceptions import MisconfigurationException
 from stages.loggers.logger import FileLogger
 from stages.rank_zero import rank_zero_only
+from statemachine import actions
 
 if TYPE_CHECKING:
     from statemachine.run import Run
@@ -72,7 +74,7 @@ def _drive(run: Run, trigger: str) -> None:
         run.drive(trigger)
         return
     _agree_on_log_versions(run.trainer, strategy)
-    strategy.arm(lambda: run.exception is not None)
+    strategy.arm(lambda: run.exception is not None, lambda: _position(run), lambda stack: _dump_stalled(run, stack))
     try:
         run.drive(trigger)
     except BaseException as error:
@@ -80,9 +82,29 @@ def _drive(run: Run, trigger: str) -> None:
         if failure is not None and not isinstance(error, PeerFailedError):
             # This rank only stopped because another failed first: say which, and what went wrong there.
             raise PeerFailedError.of(failure) from error
+        if strategy.stall is not None and error is not strategy.stall:
+            # A collective inside autograd or FSDP timed out: name the ranks it waited for.
+            raise strategy.stall from error
         raise
     finally:
         strategy.disarm()
+
+
+def _position(run: Run) -> str:
+    """Where this rank's run is, as the peers see it if they time out waiting for it (read from another thread)."""
+    trainer = run.trainer
+    return (
+        f"{run.flow.machine_state} (epoch {trainer.current_epoch}, global step {trainer.global_step}, "
+        f"batch {run.fit_loop.batch_idx})"
+    )
+
+
+def _dump_stalled(run: Run, stack: str) -> None:
+    """The peers timed out waiting for this rank: its history, and its threads' stacks beside it."""
+    path = actions.history_dump_path(run)
+    written = run.trainer.dump_history(path)
+    with fsspec.open(written.removesuffix(".json") + ".stack.txt", "w") as file:
+        file.write(stack)
 
 
 def _agree_on_log_versions(trainer: TrainerView, strategy: ParallelStrategy) -> None:

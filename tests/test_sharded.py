@@ -176,6 +176,19 @@ def test_a_full_checkpoint_is_one_file_that_loads_and_resumes_without_a_strategy
     assert trainer.global_step == 8 + 8  # the optimizer state, saved by parameter name, loaded by position
 
 
+def test_empty_init_builds_on_the_meta_device_and_each_rank_materialises_its_shard(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    _fit(first, state_dict_type="full", epochs=1)
+    saved = first / "checkpoints" / "last.ckpt"
+    again = tmp_path / "again"
+    _fit(again, empty_init=True, ckpt=str(saved))
+    ranks = _ranks(again)
+    assert all(r["born_on_meta"] for r in ranks)
+    assert sum(r["local_elements"] for r in ranks) == TOTAL_ELEMENTS  # each rank made only its shard real
+    _assert_same_weights(_weights(again, "start"), torch.load(saved, weights_only=False)["state_dict"])
+    assert [r["start"] for r in ranks] == [[1, 4], [1, 4]]
+
+
 def test_the_converter_writes_one_file_from_a_sharded_folder(tmp_path: Path) -> None:
     _fit(tmp_path, state_dict_type="sharded", epochs=1)
     folder = tmp_path / "checkpoints" / "last.ckpt"
@@ -271,3 +284,30 @@ def test_model_parallel_without_configure_model_says_to_override_it(tmp_path: Pa
     )
     assert result.returncode != 0
     assert "you are required to override the `configure_model()` hook" in result.stderr
+
+
+# ---- the README's examples run as written -------------------------------------------------------------------------
+
+
+def _readme_big_models_programs() -> list[str]:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Big models", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+@pytest.mark.parametrize(
+    ("index", "checkpoint"),
+    [(0, "epoch=1-step=64.ckpt"), (1, "epoch=1-step=128.ckpt")],  # FSDP splits the data; tensor parallel does not
+    ids=["FSDPStrategy", "ModelParallelStrategy"],
+)
+def test_the_readme_big_models_programs_run_as_written(tmp_path: Path, index: int, checkpoint: str) -> None:
+    programs = _readme_big_models_programs()
+    assert len(programs) == 2
+    script = tmp_path / "big.py"
+    script.write_text(programs[index])
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=HARD_TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    saved = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / checkpoint
+    assert sharded.is_sharded_checkpoint(saved)  # both write folders of shards

@@ -4,8 +4,8 @@ The trainer starts the script again for the other ranks. Rank 0 writes `OUT/weig
 fit, and at on_train_start) and every rank `OUT/rank<R>.json` (steps, epochs, the parameter elements it holds, the
 dtypes a training step saw). CONFIG keys: strategy (ddp | fsdp | model_parallel), devices, epochs, ckpt (resume
 from), state_dict_type, sharding_strategy, device_mesh, precision, checkpointing (activation checkpointing of the
-blocks), save_top_k, sizes (ModelParallel's data and tensor parallel sizes), kill_in_save (rank 1 kills itself
-inside that numbered sharded save).
+blocks), save_top_k, empty_init, sizes (ModelParallel's data and tensor parallel sizes), kill_in_save (rank 1
+kills itself inside that numbered sharded save).
 """
 
 from __future__ import annotations
@@ -123,7 +123,6 @@ def kill_inside_save(number: int) -> None:
 def main() -> None:
     out, config = Path(sys.argv[1]), json.loads(sys.argv[2])
     torch.manual_seed(0)
-    model = ShardedModel(parallelize=config["strategy"] == "model_parallel")
     recorder = Recorder()
     top_k = config.get("save_top_k", -1)
     checkpoints = L.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_top_k=top_k, save_last=True)
@@ -139,6 +138,13 @@ def main() -> None:
         callbacks=[recorder, checkpoints],
         default_root_dir=out,
     )
+    parallelize = config["strategy"] == "model_parallel"
+    if config.get("empty_init"):
+        with trainer.init_module(empty_init=True):
+            model = ShardedModel(parallelize)
+    else:
+        model = ShardedModel(parallelize)
+    born_on_meta = all(p.is_meta for p in model.parameters())
     if "kill_in_save" in config and trainer.global_rank == 1:
         kill_inside_save(config["kill_in_save"])
     trainer.fit(model, data(), data(), ckpt_path=config.get("ckpt"))
@@ -152,6 +158,7 @@ def main() -> None:
         "local_elements": local,
         "parameter_dtype": str(next(model.parameters()).dtype),
         "block_calls": [block.calls for block in model.blocks],
+        "born_on_meta": born_on_meta,
         **model.seen,
     }
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
