@@ -98,6 +98,12 @@ def test_activation_checkpointing_recomputes_the_blocks_in_backward(ddp_run: Pat
     assert [b - a for a, b in zip(plain, checkpointed)] == [8, 8]
 
 
+def test_gradient_clipping_by_norm_over_shards_matches_ddp(tmp_path: Path) -> None:
+    _fit(tmp_path / "ddp", strategy="ddp", clip=0.01)
+    _fit(tmp_path / "fsdp", clip=0.01)  # the norm is of the whole gradient, not of each rank's shard
+    _assert_same_weights(_weights(tmp_path / "fsdp"), _weights(tmp_path / "ddp"))
+
+
 def test_bf16_mixed_computes_in_bfloat16_on_float32_shards(tmp_path: Path) -> None:
     _fit(tmp_path, precision="bf16-mixed", epochs=1)
     for record in _ranks(tmp_path):

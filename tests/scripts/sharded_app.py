@@ -4,8 +4,8 @@ The trainer starts the script again for the other ranks. Rank 0 writes `OUT/weig
 fit, and at on_train_start) and every rank `OUT/rank<R>.json` (steps, epochs, the parameter elements it holds, the
 dtypes a training step saw). CONFIG keys: strategy (ddp | fsdp | model_parallel), devices, epochs, ckpt (resume
 from), state_dict_type, sharding_strategy, device_mesh, precision, checkpointing (activation checkpointing of the
-blocks), save_top_k, empty_init, sizes (ModelParallel's data and tensor parallel sizes), kill_in_save (rank 1
-kills itself inside that numbered sharded save).
+blocks), save_top_k, empty_init, clip (gradient_clip_val), sizes (ModelParallel's data and tensor parallel
+sizes), kill_in_save (rank 1 kills itself inside that numbered sharded save).
 """
 
 from __future__ import annotations
@@ -132,6 +132,7 @@ def main() -> None:
         strategy=strategy(config),
         precision=config.get("precision", "32-true"),
         max_epochs=config.get("epochs", 2),
+        gradient_clip_val=config.get("clip"),
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
