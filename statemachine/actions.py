@@ -225,6 +225,8 @@ def describe_profiler(run: Run) -> None:
 
 def ignore_sigint(run: Run) -> None:
     """Shutting down after a failure: further Ctrl-C presses are ignored until teardown restores the handler."""
+    if isinstance(run.exception, KeyboardInterrupt) and run.trainer.is_global_zero:
+        _log.warning("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
     run.signals.ignore_sigint()
 
 

@@ -429,6 +429,11 @@ class Trainer:
         self._last_fn = fn
         try:
             distributed.run(run, trigger)
+        except KeyboardInterrupt as interrupt:
+            if interrupt is not run.exception:
+                raise  # raised by a hook while the run was shutting down: it stands as it is
+            # As Lightning: once the interrupt edge has shut the run down, Ctrl-C ends the program with status 1.
+            raise SystemExit(1) from interrupt
         finally:
             # Nothing of the call outlives it (its results and predictions may be large).
             self._run = None

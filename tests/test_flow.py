@@ -196,17 +196,19 @@ class LoaderModel(TinyModel):
         self.configured = True
 
 
-def test_keyboard_interrupt_is_graceful_then_reraised(tmp_path: Any) -> None:
+def test_keyboard_interrupt_shuts_down_then_exits_with_status_1(tmp_path: Any, caplog: Any) -> None:
     class Interrupted(TinyModel):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             raise KeyboardInterrupt
 
     probe = StateProbe()
     trainer = quiet_trainer(tmp_path, callbacks=[probe], limit_train_batches=2)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as exit:
         trainer.fit(Interrupted(), make_loader())
+    assert exit.value.code == 1 and isinstance(exit.value.__cause__, KeyboardInterrupt)  # as Lightning's sys.exit(1)
+    assert "Detected KeyboardInterrupt, attempting graceful shutdown ..." in caplog.text
     assert trainer.state.status == L.TrainerStatus.INTERRUPTED and trainer.state.stage is None
-    assert isinstance(probe.exceptions[0], KeyboardInterrupt)
+    assert isinstance(probe.exceptions[0], KeyboardInterrupt)  # the callbacks' on_exception saw the interrupt
 
 
 def test_reentry_from_a_hook_is_refused_with_the_state(tmp_path: Any) -> None:

@@ -99,7 +99,8 @@ def test_ctrl_c_pressed_many_times_at_once_still_shuts_down_and_the_trainer_runs
         child.kill()
     assert child.returncode == 0, err
     lines = out.splitlines()
-    assert lines[:2] == ["KeyboardInterrupt", "STATE interrupted LAST interrupt->interrupted"], err
+    assert lines[:2] == ["SystemExit(1) from KeyboardInterrupt", "STATE interrupted LAST interrupt->interrupted"], err
+    assert "Detected KeyboardInterrupt, attempting graceful shutdown ..." in err
     assert lines[2] == "AGAIN finished 2"
 
 

@@ -1,7 +1,7 @@
 """A fit that a parent process floods with SIGINTs: prints READY from training_step, then waits for them.
 
-After the KeyboardInterrupt it prints the machine's state and the interrupt dump's last record, then fits again
-on the same trainer to show the trainer accepts its next call.
+After the KeyboardInterrupt (the fit ends with SystemExit(1) from it) it prints the machine's state and the
+interrupt dump's last record, then fits again on the same trainer to show the trainer accepts its next call.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def main() -> None:
     model = Waits()
     try:
         trainer.fit(model, data)
-    except KeyboardInterrupt:
-        print("KeyboardInterrupt", flush=True)
+    except SystemExit as exit:  # Ctrl-C ends a run with SystemExit(1), raised from the KeyboardInterrupt
+        print(f"SystemExit({exit.code}) from {type(exit.__cause__).__name__}", flush=True)
     dump = load_history(trainer.history_dump_path)
     print(f"STATE {trainer.state.status} LAST {dump.records[-1].trigger}->{dump.records[-1].dest}", flush=True)
     trainer.fit(model, data)
