@@ -280,6 +280,19 @@ class ParallelStrategy(Strategy):
             result = result / (dist.get_world_size(group) if group is not None else self.world_size)
         return result.to(tensor.device)
 
+    def start_reduce(self, tensor: Tensor, reduce_op: str) -> Callable[[], Tensor]:
+        """All-reduce `tensor` in place with "sum", "product", "min" or "max" without waiting: this rank goes on
+        while the ranks combine it. The call returned waits for it and gives `tensor`, reduced; a peer's failure
+        surfaces from it as from `reduce`."""
+        op = _OPS[reduce_op]
+        work = self._collective(lambda: dist.all_reduce(tensor, op=op, async_op=True), "reduce")
+
+        def wait() -> Tensor:
+            self._collective(work.wait, "reduce")
+            return tensor
+
+        return wait
+
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         """Stack every rank's `tensor` along a new first dimension (sizes may differ along dim 0: padded and cut)."""
         if not self.distributed_ready:

@@ -35,8 +35,15 @@ STALLED_KEY = "stalled_ranks"
 _POLL_SECONDS = 0.1
 _PUBLISH_SECONDS = 0.5
 _SILENT_SECONDS = 3.0  # a rank that published nothing for this long is stuck where even its watch cannot run
-# Innermost frames of a main thread waiting for its peers: a collective, or autograd running one in backward.
-_WAITING_PARTS = ("/torch/distributed/", "/torch/autograd/", "/torch/_tensor.py", "/torch/nn/parallel/")
+# Innermost frames of a main thread waiting for its peers: a collective, or autograd running one in backward. A
+# collective the strategy started earlier is waited for from devices/parallel.py (its C++ wait shows no torch frame).
+_WAITING_PARTS = (
+    "/torch/distributed/",
+    "/torch/autograd/",
+    "/torch/_tensor.py",
+    "/torch/nn/parallel/",
+    "/devices/parallel.py",
+)
 # Frames from these files mean the main thread is inside a blocking collective or autograd: an exception raised
 # there asynchronously would land in torch internals, and the failed peer's teardown already makes the call fail.
 _BLOCKING_FILES = ("distributed_c10d.py", "autograd/__init__.py", "autograd/graph.py", "_tensor.py")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from devices.parallel import ParallelStrategy
 from stages import data, rng
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import DataloaderIter, Fetched, takes_dataloader_iter
@@ -64,8 +65,8 @@ _CLOSURE_ONCE = frozenset(
         torch.optim.Rprop,
     }
 )
-# FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader.
-_NOT_STATE = frozenset({"trainer", "epoch_loop", "_epoch", "_train_loader"})
+# FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader, a collective.
+_NOT_STATE = frozenset({"trainer", "epoch_loop", "_epoch", "_train_loader", "_flags_in_flight"})
 _EPOCH_DONE = object()  # what the running epoch's generator gives once it has ended
 
 
@@ -109,7 +110,11 @@ class FitLoop:
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
-        self._val_time_agreed = False  # multi-process: the ranks' common answer to `_val_interval_passed`
+        # Multi-process: this rank's flags, being agreed while a batch runs (see `_send_flags`), and what the ranks
+        # agreed last on a SIGTERM and on `_val_interval_passed`.
+        self._flags_in_flight: Callable[[], Tensor] | None = None
+        self._sigterm_agreed = False
+        self._val_time_agreed = False
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
@@ -200,6 +205,7 @@ class FitLoop:
         self._continues = False
         self._train_loader = None
         self._restored_rng = None
+        self._flags_in_flight = None  # a run that failed mid-epoch may leave its last flags unread
         self.resume_point = ResumePoint.FRESH
 
     # ---- start ------------------------------------------------------------------------------------------
@@ -333,6 +339,8 @@ class FitLoop:
         transfer = data.transfer_for(trainer)
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
+        if multi_process:
+            self._send_flags(stop_requested=False)
         for index, item, is_last in calls:
             self.batch_idx = index
             self.is_last_batch = progress.is_last_batch = is_last
@@ -370,12 +378,16 @@ class FitLoop:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
             metrics.step_end("train", self.batches_that_stepped, self.should_log())
-            if multi_process:
-                self._agree_across_ranks()
+            stop_requested = self._take_flags() if multi_process else False
             if poll_val_check():
                 yield None
                 poll_val_check = run.flow.poller("val_check")  # for the state the machine resumed the epoch in
-            if self._batch_done():
+            epoch_ends = self._batch_done()
+            if multi_process:
+                # Sent after the batch's validation and decisions, so that what they set goes out, and the clock a
+                # validation restarted is read afresh.
+                self._send_flags(stop_requested)
+            if epoch_ends:
                 break
 
     def _fetching_calls(self, batches: Iterator[Fetched], start: int) -> Iterator[tuple[int, DataloaderIter, bool]]:
@@ -543,22 +555,49 @@ class FitLoop:
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
-        if trainer.received_sigterm and not epoch_training_done(trainer):
+        if self._sigterm_stops() and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
         return epoch_should_end(trainer)
 
-    def _agree_across_ranks(self) -> None:
-        """After each batch, one small collective makes the rank-local inputs of the loop's decisions common:
-        `should_stop` and a SIGTERM (set on any rank, every rank sees them), and, for validation scheduled by time,
-        whether the interval has passed (on any rank's clock). All ranks then take the same edges at the same
-        batch, and the per-batch `val_check` poll needs no collective of its own."""
+    def _send_flags(self, stop_requested: bool) -> None:
+        """Multi-process, before a batch: start agreeing this rank's inputs to the loop's decisions (`should_stop`,
+        a SIGTERM, whether the time-based validation interval has passed on its clock; any rank's counts for
+        all), in one small collective that runs while the batch does. `_take_flags` reads the result after it.
+
+        The decisions after batch k thus use the flags sent after batch k - 1: every rank reads the same values at
+        the same batch, one batch after a rank raised them, and no batch waits for the collective."""
         trainer = self.trainer
-        local = [trainer.should_stop, trainer.received_sigterm, self._val_interval_passed()]
-        agreed = trainer.strategy.reduce(
-            torch.tensor(local, dtype=torch.float32, device=trainer.strategy.root_device), reduce_op="max"
-        )
-        flags = agreed.tolist()  # one read of the device for the three flags
-        trainer.should_stop, trainer.received_sigterm, self._val_time_agreed = (bool(flag) for flag in flags)
+        strategy = trainer.strategy
+        assert isinstance(strategy, ParallelStrategy), "several ranks run under a ParallelStrategy"
+        # An agreed stop stays agreed; this rank's own request, taken before the agreed value replaced it, joins it.
+        flags = [stop_requested or trainer.should_stop, trainer.received_sigterm, self._val_interval_passed()]
+        tensor = torch.tensor(flags, dtype=torch.float32, device=strategy.root_device)
+        self._flags_in_flight = strategy.start_reduce(tensor, "max")
+
+    def _take_flags(self) -> bool:
+        """Multi-process, after a batch: the flags agreed while it ran become this rank's, before the batch's
+        decisions. Returns `should_stop` as this rank's code left it, for `_send_flags` to send next: until the
+        ranks agree on it, `trainer.should_stop` reads what they agreed before."""
+        trainer = self.trainer
+        requested = trainer.should_stop
+        wait, self._flags_in_flight = self._flags_in_flight, None
+        assert wait is not None, "each epoch's batches start with flags in flight, and each batch sends the next"
+        stop, sigterm, val_time = (bool(flag) for flag in wait().tolist())
+        trainer.should_stop = stop
+        # Never lowered: a SIGTERM that reached this rank after its flags were sent goes out with the next ones.
+        trainer.received_sigterm = trainer.received_sigterm or sigterm
+        self._sigterm_agreed, self._val_time_agreed = sigterm, val_time
+        return requested
+
+    def _agree_now(self) -> None:
+        """At the epoch's end (multi-process), before fit decides whether to go on: the flags in flight and this
+        rank's now, agreed at once, so no rank's request is lost with the epoch or acted on by that rank alone."""
+        self._send_flags(self._take_flags())
+        self._take_flags()
+
+    def _sigterm_stops(self) -> bool:
+        """A SIGTERM stops the run: with several ranks once they agreed on it, so that all stop at the same batch."""
+        return self._sigterm_agreed if self.multi_process else self.trainer.received_sigterm
 
     def _val_interval_passed(self) -> bool:
         interval = self.val_check_seconds
@@ -584,8 +623,8 @@ class FitLoop:
             run_of(trainer).optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=True)
         self.epoch_progress.increment_completed()
         if self.multi_process:
-            self._agree_across_ranks()
-        if trainer.received_sigterm:
+            self._agree_now()
+        if self._sigterm_stops():
             raise SIGTERMException(agreed=self.multi_process)
 
     def _all_batches_ran(self) -> bool:

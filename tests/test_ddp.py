@@ -13,8 +13,10 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -426,6 +428,7 @@ def _agree(strategy: Any) -> dict[str, Any]:
         "objects": strategy.all_gather_object(rank * 10),
         "sum": strategy.reduce(torch.tensor(rank + 1.0), reduce_op="sum").item(),
         "uneven_max": strategy.reduce(torch.tensor(rank * 3), reduce_op="max").item(),
+        "started": strategy.start_reduce(torch.tensor([rank, 1 - rank]), "max")().tolist(),
     }
 
 
@@ -441,6 +444,7 @@ def test_decisions_and_checks_agree_across_two_ranks() -> None:
         "objects": [0, 10],
         "sum": 3.0,
         "uneven_max": 3,
+        "started": [1, 1],
     }
 
 
@@ -515,22 +519,125 @@ def test_each_rank_reads_its_share_reshuffled_every_epoch_unless_switched_off(
         assert first["0"] != first["1"]  # set_epoch: a new order each epoch
 
 
-class StopsOnRankOne(RankModel):
-    """Only rank 1's code sets should_stop, at its third batch."""
+class WritesWhereItStopped(RankModel):
+    """Each rank writes `rank<R>.json`: its global step when fit ended, `should_stop` then and as each training
+    batch started, and the global steps its validations started at."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.read_should_stop: list[bool] = []
+        self.validated_at: list[int] = []
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.read_should_stop.append(self.trainer.should_stop)
+
+    def on_validation_start(self) -> None:
+        self.validated_at.append(self.global_step)
+
+    def on_train_end(self) -> None:
+        record = {
+            "global_step": self.global_step,
+            "should_stop": self.trainer.should_stop,
+            "read_should_stop": self.read_should_stop,
+            "validated_at": self.validated_at,
+        }
+        (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(record))
+
+
+class StopsOnRankOne(WritesWhereItStopped):
+    """Only rank 1's code sets should_stop, after its second batch."""
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.global_rank == 1 and self.global_step == 3:
+        if self.global_rank == 1 and self.global_step == 2:
             self.trainer.should_stop = True
 
 
 def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=5)
-    trainer.fit(StopsOnRankOne(), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
-    # Rank 0's history (handed back to this process): both ranks left the epoch after the batch that set it,
-    # else rank 0 would have gone on and waited for rank 1 in a collective.
+    trainer.fit(StopsOnRankOne(tmp_path), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
+    first, second = _ranks(tmp_path)
+    # The ranks agree on their flags while the next batch runs: every rank stops after that next batch, the third
+    # of four, and reads the same should_stop at every batch (rank 1's own request shows once they agreed).
+    assert first["global_step"] == second["global_step"] == 3
+    assert first["should_stop"] and second["should_stop"]
+    assert first["read_should_stop"] == second["read_should_stop"] == [False, False, False]
+    # Rank 0's history (handed back to this process): fit ended normally, for that reason.
     stop = trainer.history[-1]
     assert (stop.trigger, stop.dest, stop.epoch, stop.global_step) == ("epoch_boundary", "finished", 1, 3)
     assert stop.guards[-1].reason == "should_stop was set"
+
+
+class ClockAheadOnRankOne(WritesWhereItStopped):
+    """Validation an hour after the last: after its second batch, only rank 1's clock says the hour has passed."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_rank == 1 and self.global_step == 2:
+            self.trainer.fit_loop.last_val_end_time -= 3600
+
+
+def test_time_based_validation_runs_on_every_rank_when_one_ranks_clock_says_so(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=2, val_check_interval=timedelta(hours=1))
+    trainer.fit(ClockAheadOnRankOne(tmp_path), loader(4), loader(4))
+    first, second = _ranks(tmp_path)
+    # Once, after the batch that follows the one rank 1's clock passed the hour at; then both clocks restart.
+    assert first["validated_at"] == second["validated_at"] == [3]
+    assert first["global_step"] == second["global_step"] == 8
+
+
+class Linear(L.LightningModule):
+    """The least a rank can train: no collective of its own beyond DDP's and the trainer's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y, _ = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class FailsAfterItsLastBatch(Linear):
+    """Rank 1 raises after the epoch's last batch, before its flags go out: rank 0 is left waiting for them."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_rank == 1 and batch_idx == 3:
+            raise ValueError("rank 1 fails after its last batch")
+
+
+def test_a_rank_failing_while_the_others_wait_for_its_flags_ends_every_rank(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, enable_checkpointing=False)
+    began = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank 1 failed first: ValueError: rank 1 fails after its last batch"):
+        trainer.fit(FailsAfterItsLastBatch(), loader(4))
+    assert time.monotonic() - began < ENDS_WITHIN
+    dumps = _dumps(tmp_path)
+    assert list(dumps) == [0, 1]
+    stopped = load_history(dumps[0]).records[-1]
+    assert stopped.trigger == "interrupt" and stopped.exception is not None
+    assert (stopped.exception.type, stopped.exception.message) == (
+        "PeerFailedError",
+        "rank 1 failed first: ValueError: rank 1 fails after its last batch",
+    )
+
+
+class StallsAfterItsLastBatch(Linear):
+    """Rank 2 hangs after the epoch's last batch, before its flags go out: ranks 0 and 1 wait for them."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_rank == 2 and batch_idx == 3:
+            threading.Event().wait()
+
+
+def test_ranks_waiting_for_a_stalled_ranks_flags_name_that_rank_alone(tmp_path: Path) -> None:
+    # Ranks 0 and 1 wait in the same collective, so neither may be taken for a stalled rank.
+    strategy = DDPStrategy(timeout=timedelta(seconds=5), start_method="fork")
+    trainer = _trainer(tmp_path, strategy=strategy, devices=3, max_epochs=1, enable_checkpointing=False)
+    with pytest.raises(RankFailedError, match="StalledRankError: rank 2 did not reach the next agreement"):
+        trainer.fit(StallsAfterItsLastBatch(), loader(4, samples=48))  # 4 batches a rank
 
 
 class TerminatedOnRankOne(SeededRanks):
@@ -559,7 +666,9 @@ def test_sigterm_to_one_rank_stops_every_rank_with_one_checkpoint_that_resumes_e
         _trainer(tmp_path / "first", strategy="ddp_fork", devices=2, callbacks=[saves]).fit(preempted, shuffled)
     (saved,) = (tmp_path / "ckpt").glob("*.ckpt")
     checkpoint = torch.load(saved, weights_only=False)
-    assert checkpoint["global_step"] == 6  # both ranks stopped after the same batch, the one rank 1 was told in
+    # Both ranks stopped after the same batch: the one after rank 1 was told, as the ranks agree on a SIGTERM while
+    # the next batch runs.
+    assert checkpoint["global_step"] == 7
     assert len(checkpoint["statemachine_resume"]["per_rank"]) == 2  # every rank's random state, gathered
 
     resumed = copy.deepcopy(start)
@@ -588,7 +697,7 @@ def test_sigterm_to_the_launching_process_reaches_every_rank(tmp_path: Path) -> 
     assert signal.getsignal(signal.SIGTERM) is handler  # this process's own handler is back
     (saved,) = (tmp_path / "ckpt").glob("*.ckpt")
     checkpoint = torch.load(saved, weights_only=False)
-    assert checkpoint["global_step"] == 6 and len(checkpoint["statemachine_resume"]["per_rank"]) == 2
+    assert checkpoint["global_step"] == 7 and len(checkpoint["statemachine_resume"]["per_rank"]) == 2
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["fit", "failed-fit"])
