@@ -59,7 +59,8 @@ def connect(
     plugin = _collect(problems, _resolve_precision, precision, plugins, None if problems else chosen)
     multi = num_nodes != 1 or (device_indices is not None and len(device_indices) > 1)
     multi = multi or (environment.creates_processes_externally and environment.world_size() > 1)
-    if isinstance(strategy, str) and strategy.strip().lower() == "single_device" and multi:
+    single_named = isinstance(strategy, str) and strategy.strip().lower() == "single_device"
+    if (single_named or isinstance(strategy, SingleDeviceStrategy)) and multi:
         problems.append(
             f"strategy='single_device' runs one process, but devices={devices!r} with num_nodes={num_nodes!r} asks "
             "for several; use strategy='ddp' (or 'ddp_spawn') or devices=1"
@@ -72,7 +73,10 @@ def connect(
     if parallel is None and multi:
         parallel = DDPStrategy(start_method="popen")  # Lightning's choice for several processes under "auto"
     if parallel is None:
-        single = SingleDeviceStrategy(chosen, chosen.device_for(device_indices[0]), plugin)
+        single = strategy if isinstance(strategy, SingleDeviceStrategy) else None
+        if single is None:
+            single = SingleDeviceStrategy(chosen.device_for(device_indices[0]), chosen, precision_plugin=plugin)
+        single.finish_setup(chosen, plugin)
         single.cluster_environment = environment
         return single
     if parallel.cluster_environment is None:
@@ -177,10 +181,7 @@ def _resolve_strategy(value: Any) -> ParallelStrategy | None:
     if isinstance(value, ParallelStrategy):
         return value
     if isinstance(value, SingleDeviceStrategy):
-        raise ValueError(
-            f"strategy={value!r}: pass strategy='single_device' (or 'auto'); a SingleDeviceStrategy instance is "
-            "built by the Trainer from accelerator and devices"
-        )
+        return None  # one process, on the device it names
     allowed = f"use one of {list(_STRATEGIES)} or a DDPStrategy, FSDPStrategy or ModelParallelStrategy instance"
     if not isinstance(value, str):
         raise ValueError(f"strategy={value!r} is not valid; {allowed}")

@@ -208,21 +208,45 @@ class Strategy(ABC):
 
 
 class SingleDeviceStrategy(Strategy):
-    """One process on one device: collectives are identities."""
+    """One process on one device: collectives are identities. Lightning's signature: built alone
+    (`SingleDeviceStrategy("cuda:1")`), it takes the accelerator and precision of the Trainer it is given to."""
 
     @property
     def plain_steps(self) -> bool:
         return type(self.precision) is Precision  # one process, 32-bit: nothing wraps backward or the step
 
-    def __init__(self, accelerator: Accelerator, device: torch.device, precision: Precision) -> None:
-        super().__init__(accelerator, precision)
-        device = torch.device(device)
-        if device.type != accelerator.name:
+    def __init__(
+        self,
+        device: str | torch.device = "cpu",
+        accelerator: Accelerator | None = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Precision | None = None,
+    ) -> None:
+        if checkpoint_io is not None:
             raise ValueError(
-                f"device {str(device)!r} does not belong to accelerator {accelerator.name!r}; "
+                f"SingleDeviceStrategy(checkpoint_io={checkpoint_io!r}) is not supported: checkpoint I/O plugins are "
+                "not built"
+            )
+        # Placeholders until `finish_setup` (the Trainer's flags) fills what was not given.
+        super().__init__(accelerator, precision_plugin)  # type: ignore[arg-type]
+        self._root_device = torch.device(device)
+        if accelerator is not None:
+            self._check_device(accelerator)
+
+    def finish_setup(self, accelerator: Accelerator, precision: Precision) -> None:
+        """The Trainer's accelerator and precision, where the strategy was built without them."""
+        if self.accelerator is None:
+            self._check_device(accelerator)
+            self.accelerator = accelerator
+        if self.precision is None:
+            self.precision = precision
+
+    def _check_device(self, accelerator: Accelerator) -> None:
+        if self._root_device.type != accelerator.name:
+            raise ValueError(
+                f"device {str(self._root_device)!r} does not belong to accelerator {accelerator.name!r}; "
                 f"give a {accelerator.name!r} device"
             )
-        self._root_device = device
 
     @property
     def root_device(self) -> torch.device:
@@ -277,8 +301,8 @@ class SingleDeviceStrategy(Strategy):
 
     def __repr__(self) -> str:
         return (
-            f"SingleDeviceStrategy(accelerator={self.accelerator.name!r}, device={str(self.root_device)!r}, "
-            f"precision={self.precision.name!r})"
+            f"SingleDeviceStrategy(accelerator={getattr(self.accelerator, 'name', None)!r}, "
+            f"device={str(self.root_device)!r}, precision={getattr(self.precision, 'name', None)!r})"
         )
 
 

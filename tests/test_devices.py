@@ -16,6 +16,7 @@ from conftest import TinyModel, make_loader, quiet_trainer
 from torch import nn
 
 import devices
+import statemachine as L
 from devices import (
     CorruptCheckpointError,
     CPUAccelerator,
@@ -76,7 +77,7 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
 
 
 def _cpu_strategy() -> SingleDeviceStrategy:
-    return SingleDeviceStrategy(CPUAccelerator(), torch.device("cpu"), Precision())
+    return SingleDeviceStrategy(torch.device("cpu"), CPUAccelerator(), precision_plugin=Precision())
 
 
 # ---------------------------------------------------------------- batch transfer
@@ -349,7 +350,7 @@ def test_single_device_strategy_layout_and_collectives() -> None:
 
 def test_strategy_refuses_device_of_another_accelerator() -> None:
     with pytest.raises(ValueError, match="'cuda:0'"):
-        SingleDeviceStrategy(CPUAccelerator(), torch.device("cuda", 0), Precision())
+        SingleDeviceStrategy(torch.device("cuda", 0), CPUAccelerator(), precision_plugin=Precision())
 
 
 class RecordingLinear(nn.Linear):
@@ -586,3 +587,15 @@ def test_all_gather_keeps_every_container_a_batch_may_be(tmp_path: Path) -> None
     assert torch.equal(gathered["pair"].y, torch.tensor(3))
     assert type(gathered["counts"]) is defaultdict and gathered["counts"].default_factory is list
     assert torch.equal(gathered["counts"]["n"][0], torch.tensor(2)) and gathered["flag"] is True
+
+
+def test_a_single_device_strategy_built_alone_takes_the_trainers_accelerator_and_precision() -> None:
+    strategy = L.strategies.SingleDeviceStrategy("cpu")  # Lightning's call form: the device alone
+    trainer = L.Trainer(strategy=strategy, accelerator="cpu", precision="bf16-mixed", logger=False)
+    assert trainer.strategy is strategy and trainer.num_devices == 1
+    assert strategy.root_device == torch.device("cpu") and strategy.accelerator.name == "cpu"
+    assert strategy.precision.name == "bf16-mixed"
+    with pytest.raises(ValueError, match="runs one process, but devices=2"):
+        L.Trainer(strategy=L.strategies.SingleDeviceStrategy("cpu"), accelerator="cpu", devices=2, logger=False)
+    with pytest.raises(ValueError, match="device 'cuda:0' does not belong to accelerator 'cpu'"):
+        L.Trainer(strategy=L.strategies.SingleDeviceStrategy("cuda:0"), accelerator="cpu", logger=False)
