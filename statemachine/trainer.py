@@ -308,9 +308,12 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
         verbose: bool = True,
         datamodule: LightningDataModule | None = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
+        """Validate `model` (or the fitted one); `ckpt_path` loads weights first, with torch's safe unpickling
+        when `weights_only=True`."""
         return self._evaluate(
-            "validate", TrainerFn.VALIDATING, "val", model, dataloaders, ckpt_path, verbose, datamodule
+            "validate", TrainerFn.VALIDATING, "val", model, dataloaders, ckpt_path, verbose, datamodule, weights_only
         )
 
     def test(
@@ -320,8 +323,12 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
         verbose: bool = True,
         datamodule: LightningDataModule | None = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
-        return self._evaluate("test", TrainerFn.TESTING, "test", model, dataloaders, ckpt_path, verbose, datamodule)
+        """Test `model` (or the fitted one); `ckpt_path` and `weights_only` as for `validate`."""
+        return self._evaluate(
+            "test", TrainerFn.TESTING, "test", model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+        )
 
     def predict(
         self,
@@ -330,7 +337,9 @@ class Trainer:
         datamodule: LightningDataModule | None = None,
         return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool | None = None,
     ) -> Any:
+        """Predict with `model` (or the fitted one); `ckpt_path` and `weights_only` as for `validate`."""
         self._refuse_reentry("predict")
         if isinstance(dataloaders, LightningDataModule):
             dataloaders, datamodule = None, dataloaders
@@ -346,6 +355,7 @@ class Trainer:
             ckpt_path,
             model_passed=model is not None,
             return_predictions=distributed.default_return_predictions(self, return_predictions),
+            weights_only=bool(weights_only),
         )
         return run.predictions
 
@@ -359,6 +369,7 @@ class Trainer:
         ckpt_path: Any,
         verbose: bool,
         datamodule: LightningDataModule | None,
+        weights_only: bool | None,
     ) -> list[dict[str, float]]:
         self._refuse_reentry(trigger)
         if isinstance(dataloaders, LightningDataModule):
@@ -377,6 +388,7 @@ class Trainer:
             ckpt_path,
             model_passed=model is not None,
             verbose=verbose,
+            weights_only=bool(weights_only),
         )
         return run.results
 

@@ -221,6 +221,12 @@ def test_weights_only_refuses_arbitrary_objects_with_a_clear_error(tmp_path: Pat
     with pytest.raises(pickle.UnpicklingError, match="weights_only=True refuses"):
         quiet_trainer(tmp_path, max_epochs=2).fit(TinyModel(), make_loader(), ckpt_path=path, weights_only=True)
     quiet_trainer(tmp_path, max_epochs=2).fit(TinyModel(), make_loader(), ckpt_path=path, weights_only=False)
+    # validate, test and predict take the same argument (Lightning 2.6's signatures)
+    trainer = quiet_trainer(tmp_path)
+    for entry in (trainer.validate, trainer.test, trainer.predict):
+        with pytest.raises(pickle.UnpicklingError, match="weights_only=True refuses"):
+            entry(TinyModel(), make_loader(), ckpt_path=path, weights_only=True)
+        assert entry(TinyModel(), make_loader(), ckpt_path=path) is not None
 
 
 def test_load_from_checkpoint_on_an_instance_is_refused(tmp_path: Path) -> None:
