@@ -145,9 +145,11 @@ class NoOptimizer(Optimizer):
 
 
 class LightningOptimizer:
-    """Wraps a torch optimizer so `step` runs the pre-step hooks and counts towards `global_step`."""
+    """Wraps a torch optimizer so `step` runs the pre-step hooks and counts towards `global_step`. Built alone
+    (`LightningOptimizer(optimizer)`, as in Lightning) it reads and clears like the optimizer; stepping needs the
+    trainer's run, which gives the wrapper to the module."""
 
-    def __init__(self, optimizer: Optimizer, optimization: Optimization):
+    def __init__(self, optimizer: Optimizer, optimization: Optimization | None = None):
         self.optimizer = optimizer
         self._optimization = optimization
 
@@ -166,6 +168,11 @@ class LightningOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        if self._optimization is None:
+            raise RuntimeError(
+                "LightningOptimizer.step() needs a trainer: this one was built alone; inside a run use "
+                "self.optimizers(), or step the wrapped torch optimizer (.optimizer) yourself"
+            )
         return self._optimization.step(self, closure, **kwargs)
 
     def state_dict(self) -> dict[str, Any]:

@@ -522,3 +522,19 @@ def test_demo_models_train(tmp_path: Path) -> None:
     transformer.fit(LightningTransformer(vocab_size=20), DataLoader(TensorDataset(tokens, tokens), batch_size=2))
     assert transformer.global_step == 1
     assert os.path.isdir(tmp_path)
+
+
+def test_a_lightning_optimizer_built_alone_reads_and_clears_like_its_optimizer() -> None:
+    from statemachine.core.optimizer import LightningOptimizer
+
+    weight = nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    wrapped = LightningOptimizer(optimizer)  # Lightning's call form: the optimizer alone
+    assert wrapped.optimizer is optimizer and wrapped.param_groups is optimizer.param_groups
+    assert wrapped.defaults["lr"] == 0.5  # anything else reads through to the optimizer
+    weight.grad = torch.ones(2)
+    wrapped.zero_grad()
+    assert weight.grad is None
+    with pytest.raises(RuntimeError, match=r"LightningOptimizer.step\(\) needs a trainer"):
+        wrapped.step()
+    assert torch.equal(weight.detach(), torch.ones(2))
