@@ -118,10 +118,14 @@ def load_checkpoint(
 
 
 def remove_checkpoint(path: PathLike, storage_options: dict[str, Any] | None = None) -> None:
-    """Delete a checkpoint; a file that is already gone is not an error (top-k pruning may race a user)."""
+    """Delete a checkpoint: a file, a folder of shards, or a local link to either (the link only); one that is
+    already gone is not an error (top-k pruning may race a user)."""
     fs, fs_path = url_to_fs(os.fspath(path), **(storage_options or {}))
     with contextlib.suppress(FileNotFoundError):
-        fs.rm(fs_path, recursive=True)
+        if isinstance(fs, LocalFileSystem) and os.path.islink(fs_path):
+            os.remove(fs_path)  # a recursive delete would follow the link into a folder it does not own
+        else:
+            fs.rm(fs_path, recursive=True)
 
 
 def exists(path: PathLike, storage_options: dict[str, Any] | None = None) -> bool:

@@ -112,7 +112,6 @@ class FSDPStrategy(ShardedStrategy):
         self.activation_checkpointing_policy = _policy("activation_checkpointing_policy", checkpointing)
         self.cpu_offload = _offload_policy(cpu_offload)
         self.mixed_precision = _mixed_precision_policy(mixed_precision)
-        self._layout = layout
         self._mesh_shape = None if isinstance(device_mesh, DeviceMesh) else device_mesh
         self._fully_shard_kwargs = {"reshard_after_forward": reshard, **kwargs}
         self.device_mesh: DeviceMesh | None = device_mesh if isinstance(device_mesh, DeviceMesh) else None
@@ -137,9 +136,10 @@ class FSDPStrategy(ShardedStrategy):
 
     def _make_mesh(self) -> DeviceMesh:
         device_type = self.root_device.type
-        if self._layout == "shard":
+        layout = _SHARDING[self.sharding_strategy][0]
+        if layout == "shard":
             return init_device_mesh(device_type, (self.world_size,))
-        if self._layout == "replicate":
+        if layout == "replicate":
             # Every rank a full replica: the shard dimension of FSDP2's hybrid layout has one rank.
             return init_device_mesh(device_type, (self.world_size, 1), mesh_dim_names=("replicate", "shard"))
         shape = self._mesh_shape if self._mesh_shape is not None else (self.num_nodes, self.num_processes)

@@ -12,7 +12,6 @@ partial folder under a real name.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -24,7 +23,7 @@ import torch
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from devices.checkpoint_io import TEMPORARY_MARK, CorruptCheckpointError, PathLike
+from devices.checkpoint_io import TEMPORARY_MARK, CorruptCheckpointError, PathLike, remove_checkpoint
 
 META_FILE = "meta.pt"
 _DCP_METADATA = ".metadata"
@@ -92,16 +91,7 @@ def _replace(temporary: Path, target: Path) -> None:
     aside = target.parent / f".{target.name}{TEMPORARY_MARK}{uuid.uuid4().hex}"
     os.replace(target, aside)
     os.replace(temporary, target)
-    remove(aside)
-
-
-def remove(path: PathLike) -> None:
-    """Delete a checkpoint: a link, a file or a folder."""
-    shown = os.fspath(path)
-    if os.path.islink(shown) or os.path.isfile(shown):
-        os.remove(shown)
-    elif os.path.isdir(shown):
-        shutil.rmtree(shown)
+    remove_checkpoint(aside)
 
 
 def load_meta(path: PathLike) -> dict[str, Any]:

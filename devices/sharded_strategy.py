@@ -20,7 +20,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import register_fsdp_forward_method
-from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 from devices import checkpoint_io, sharded
@@ -76,10 +75,6 @@ class ShardedStrategy(ParallelStrategy):
         with torch.device("meta"), self.precision.tensor_init_context():
             yield
 
-    def local_parameter_bytes(self, module: nn.Module) -> int:
-        """Bytes of the parameters this rank holds."""
-        return sum(_local(p).numel() * p.element_size() for p in module.parameters())
-
     # ---- state dicts --------------------------------------------------------------------------------------
 
     def module_state_dict(self, module: nn.Module) -> dict[str, Any]:
@@ -124,7 +119,7 @@ class ShardedStrategy(ParallelStrategy):
         path = self.broadcast(os.fspath(path))  # every rank writes into the folder rank 0 named
         if not self.save_distributed:
             if self.is_global_zero and sharded.is_sharded_checkpoint(path):
-                sharded.remove(path)
+                checkpoint_io.remove_checkpoint(path)
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         if storage_options is not None:
@@ -143,14 +138,6 @@ class ShardedStrategy(ParallelStrategy):
         if sharded.is_sharded_checkpoint(path):
             return sharded.load_meta(path)  # the tensors are read into the live shards when restored
         return super().load_checkpoint(path, storage_options, weights_only)
-
-    def remove_checkpoint(self, path: PathLike, storage_options: dict[str, Any] | None = None) -> None:
-        if not self.is_global_zero:
-            return
-        if sharded.is_sharded_checkpoint(path):
-            sharded.remove(path)
-        else:
-            checkpoint_io.remove_checkpoint(path, storage_options)
 
 
 def named_optimizer_state(state: dict[str, Any], module: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
@@ -171,7 +158,3 @@ def _optimizes(module: nn.Module, optimizer: Optimizer) -> bool:
     """Whether `optimizer` steps parameters of `module` (a stand-in optimizer without any is saved as it is)."""
     owned = {id(p) for p in module.parameters()}
     return any(id(p) in owned for group in optimizer.param_groups for p in group["params"])
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

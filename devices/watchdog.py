@@ -250,12 +250,14 @@ class PeerWatch:
         finally:
             os._exit(1)
 
-    def _main_is_waiting(self) -> bool:
+    def _main_file(self) -> str | None:
+        """The file of the main thread's innermost Python frame (None when it has none)."""
         frame = None if self._main is None else sys._current_frames().get(self._main)
-        if frame is None:
-            return False
-        filename = frame.f_code.co_filename.replace("\\", "/")
-        return any(part in filename for part in _WAITING_PARTS)
+        return None if frame is None else frame.f_code.co_filename.replace("\\", "/")
+
+    def _main_is_waiting(self) -> bool:
+        filename = self._main_file()
+        return filename is not None and any(part in filename for part in _WAITING_PARTS)
 
     def _loop(self) -> None:
         while not self._stop.wait(_POLL_SECONDS):
@@ -274,11 +276,8 @@ class PeerWatch:
                 _raise_in_main(self._main)
 
     def _main_is_blocked(self) -> bool:
-        frame = None if self._main is None else sys._current_frames().get(self._main)
-        if frame is None:
-            return True
-        filename = frame.f_code.co_filename.replace("\\", "/")
-        return filename.endswith(_BLOCKING_FILES)
+        filename = self._main_file()
+        return filename is None or filename.endswith(_BLOCKING_FILES)
 
 
 def _raise_in_main(thread_id: int | None) -> None:

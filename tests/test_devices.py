@@ -599,3 +599,15 @@ def test_a_single_device_strategy_built_alone_takes_the_trainers_accelerator_and
         L.Trainer(strategy=L.strategies.SingleDeviceStrategy("cpu"), accelerator="cpu", devices=2, logger=False)
     with pytest.raises(ValueError, match="device 'cuda:0' does not belong to accelerator 'cpu'"):
         L.Trainer(strategy=L.strategies.SingleDeviceStrategy("cuda:0"), accelerator="cpu", logger=False)
+
+
+def test_removing_a_link_to_a_checkpoint_folder_removes_the_link_only(tmp_path: Path) -> None:
+    folder = tmp_path / "epoch=1-step=8.ckpt"
+    folder.mkdir()
+    (folder / "meta.pt").write_bytes(b"kept")
+    link = tmp_path / "last.ckpt"
+    link.symlink_to(folder.name)
+    devices.remove_checkpoint(link)
+    assert not link.is_symlink() and (folder / "meta.pt").read_bytes() == b"kept"
+    devices.remove_checkpoint(folder)  # a folder of shards goes whole
+    assert not folder.exists()

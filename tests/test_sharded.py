@@ -22,7 +22,7 @@ from statemachine.strategies import FSDPStrategy, ModelParallelStrategy
 
 APP = Path(__file__).parent / "scripts" / "sharded_app.py"
 HARD_TIMEOUT = 180  # seconds; a hang fails the test instead of the suite
-sys.path.insert(0, str(APP.parent))
+sys.path.insert(0, str(APP.parent))  # the app's model and data, imported from the script the ranks run
 from sharded_app import ShardedModel, data  # noqa: E402
 
 
