@@ -191,6 +191,14 @@ class FitLoopView(Protocol):
     def resume_state(self) -> dict[str, Any]: ...
     def load_resume_state(self, state: dict[str, Any] | None) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class EvaluationLoopStateView(Protocol):
+    """`trainer.validate_loop` and its kin, as a checkpoint stores them."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class RunView(Protocol):
@@ -244,6 +252,16 @@ class TrainerView(Protocol):
     validate_progress: BatchProgress
     test_progress: BatchProgress
     predict_progress: BatchProgress
+
+    @property
+    def validate_loop(self) -> EvaluationLoopStateView: ...
+
+    @property
+    def test_loop(self) -> EvaluationLoopStateView: ...
+
+    @property
+    def predict_loop(self) -> EvaluationLoopStateView: ...
+
     should_stop: bool
     received_sigterm: bool
     num_val_batches: list[int | float]

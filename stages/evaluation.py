@@ -45,13 +45,13 @@ def evaluate(
     # The whole loop, its start and end hooks included, runs without autograd (inference mode outside fit).
     grad_mode = torch.inference_mode() if trainer.inference_mode and not in_fit else torch.no_grad()
     with grad_mode:
+        progress.reset_current()  # before the start hooks, which read this run's counters
         module._record_modes()
         hooks.module(f"on_{noun}_model_eval")
         hooks.callbacks(f"on_{noun}_start")
         hooks.module(f"on_{noun}_start")
         hooks.callbacks(f"on_{noun}_epoch_start")
         hooks.module(f"on_{noun}_epoch_start")
-        progress.reset_current()
         metrics.num_dataloaders = len(loaders)
         fetching = takes_dataloader_iter(getattr(module, _BATCH_HOOKS[noun][1]))
         last_loader = len(loaders) - 1

@@ -70,13 +70,13 @@ def _predict(
     # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
     with grad_mode:
+        progress.reset_current()  # before the start hooks, which read this run's counters
         module_of(trainer)._record_modes()
         hooks.module("on_predict_model_eval")
         hooks.callbacks("on_predict_start")
         hooks.module("on_predict_start")
         hooks.callbacks("on_predict_epoch_start")
         hooks.module("on_predict_epoch_start")
-        progress.reset_current()
         outputs: list[list[Any]] = [[] for _ in loaders]
         record.outputs = outputs
         record.epoch_batch_indices = [[] for _ in loaders]

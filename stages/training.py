@@ -127,6 +127,33 @@ class FitLoop:
     def train_loader(self) -> Any:
         return self._train_loader
 
+    # ---- the limits, as Lightning's loop holds them: setting one on a finished fit lets the next fit go on --------
+
+    @property
+    def max_epochs(self) -> int:
+        return self.trainer.max_epochs
+
+    @max_epochs.setter
+    def max_epochs(self, value: int) -> None:
+        self.trainer.max_epochs = value
+
+    @property
+    def min_epochs(self) -> int:
+        return self.trainer.min_epochs
+
+    @min_epochs.setter
+    def min_epochs(self, value: int) -> None:
+        self.trainer.min_epochs = value
+
+    @property
+    def max_steps(self) -> int:
+        """Set it on `epoch_loop`, as in Lightning."""
+        return self.trainer.max_steps
+
+    @property
+    def min_steps(self) -> int | None:
+        return self.trainer.min_steps
+
     # ---- counters users read ----------------------------------------------------------------------------
 
     @property
@@ -155,6 +182,15 @@ class FitLoop:
     def on_optimizer_stepped(self) -> None:
         (self.optimizer_step_progress if self.automatic else self.manual_step_progress).increment_step()
         self.stepped_this_batch = True
+
+    def _reset_epoch_counters(self) -> None:
+        """A new epoch: the `current` counters of its batches, scheduler and optimizer steps count it alone, and
+        the validation total counts the validations of this epoch (manual steps count the whole run)."""
+        self.batch_progress.reset_current()
+        self.scheduler_progress.reset_current()
+        self.optimizer_step_progress.reset_current()
+        self.zero_grad_progress.reset_current()
+        self.val_progress.total.reset()
 
     # ---- the handlers -----------------------------------------------------------------------------------
 
@@ -298,7 +334,7 @@ class FitLoop:
             hooks.callbacks("on_train_epoch_start")
             hooks.module("on_train_epoch_start")
             self.epoch_progress.increment_started()
-            self.batch_progress.reset_current()
+            self._reset_epoch_counters()
         # Read after the epoch-start hooks, which may change them (e.g. set gradient_clip_val).
         self.multi_process = trainer.world_size > 1
         self.automatic = module_of(trainer).automatic_optimization
@@ -644,6 +680,18 @@ class FitLoop:
         self.epoch_start_rng = None if state is None else state["epoch_start_rng"]
         self.fetched_in_epoch = 0 if state is None else state.get("fetched_in_epoch", 0)
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The counters of `state_dict()`, as a checkpoint's `loops.fit_loop` stores them."""
+        self.epoch_progress.load_state_dict(state["epoch_progress"])
+        self.batch_progress.load_state_dict(state["epoch_loop.batch_progress"])
+        self.scheduler_progress.load_state_dict(state["epoch_loop.scheduler_progress"])
+        self.manual_step_progress.load_state_dict(state["epoch_loop.manual_optimization.optim_step_progress"])
+        self.epoch_loop.automatic_optimization.optim_progress.load_state_dict(
+            state["epoch_loop.automatic_optimization.optim_progress"]
+        )
+        self.val_progress.load_state_dict(state["epoch_loop.val_loop.batch_progress"])
+        self.batches_that_stepped = state["epoch_loop.state_dict"]["_batches_that_stepped"]
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "state_dict": {},
@@ -653,12 +701,9 @@ class FitLoop:
             "epoch_loop.manual_optimization.state_dict": {},
             "epoch_loop.manual_optimization.optim_step_progress": self.manual_step_progress.state_dict(),
             "epoch_loop.automatic_optimization.state_dict": {},
-            "epoch_loop.automatic_optimization.optim_progress": {
-                "optimizer": {
-                    "step": self.optimizer_step_progress.state_dict(),
-                    "zero_grad": self.zero_grad_progress.state_dict(),
-                }
-            },
+            "epoch_loop.automatic_optimization.optim_progress": (
+                self.epoch_loop.automatic_optimization.optim_progress.state_dict()
+            ),
             "epoch_loop.val_loop.state_dict": {},
             "epoch_loop.val_loop.batch_progress": self.val_progress.state_dict(),
             "epoch_progress": self.epoch_progress.state_dict(),

@@ -14,12 +14,14 @@ from stages import rng
 from stages.callbacks.callback import Callback, checkpoints_last
 from stages.hooks import overridden_steps
 from stages.loggers.logger import Logger
+from stages.rank_zero import rank_zero_debug, rank_zero_info
 from stages.resume import ResumePoint
 from stages.training import SIGTERMException
 from statemachine import checkpoint
 from statemachine.engine.diagram import flow_artifacts
 from statemachine.engine.machine import note_on_cause
 from statemachine.engine.table import ENTRY_TRIGGERS
+from statemachine.guards import SHOULD_STOP, fit_done
 from statemachine.profilers.simple import SimpleProfiler
 from statemachine.run import Run
 
@@ -167,6 +169,16 @@ def reset_sanity_results(run: Run) -> None:
 def start_training(run: Run) -> None:
     """`on_train_start`, once the training data is ready and fit is not already done."""
     run.fit_loop.start_training()
+
+
+def say_why_fit_stopped(run: Run) -> None:
+    """Lightning's one line on why fit ends, before `on_train_end`; a stop the user asked for is only a debug
+    line. A rank whose own limits do not hold stops because another rank's did, and says nothing."""
+    reason = fit_done(run)
+    if reason is None:
+        return
+    say = rank_zero_debug if reason.startswith(SHOULD_STOP) else rank_zero_info
+    say(f"`Trainer.fit` stopped: {reason}.")
 
 
 def end_training(run: Run) -> None:

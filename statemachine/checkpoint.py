@@ -45,9 +45,9 @@ def dump(trainer: TrainerView, hooks: HookRunner, optimization: Optimization, we
         "state_dict": trainer.strategy.module_state_dict(module),
         "loops": {
             "fit_loop": trainer.fit_loop.state_dict(),
-            "validate_loop": _eval_loop_state(trainer.validate_progress.state_dict()),
-            "test_loop": _eval_loop_state(trainer.test_progress.state_dict()),
-            "predict_loop": _eval_loop_state(_without_last_batch(trainer.predict_progress.state_dict())),
+            "validate_loop": trainer.validate_loop.state_dict(),
+            "test_loop": trainer.test_loop.state_dict(),
+            "predict_loop": trainer.predict_loop.state_dict(),
         },
     }
     if not weights_only:
@@ -86,14 +86,6 @@ def _for_this_rank(trainer: TrainerView, state: dict[str, Any] | None) -> dict[s
     every = state["per_rank"]
     # Saved with another number of ranks: the draws cannot match anyway; rank 0's states are the best start.
     return every[trainer.global_rank] if len(every) == trainer.world_size else state
-
-
-def _eval_loop_state(batch_progress: dict[str, Any]) -> dict[str, Any]:
-    return {"state_dict": {}, "batch_progress": batch_progress}
-
-
-def _without_last_batch(state: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in state.items() if key != "is_last_batch"}
 
 
 def _callback_states(trainer: TrainerView) -> dict[str, Any]:
@@ -239,15 +231,7 @@ def restore_precision_and_optimizers(run: Run, checkpoint: dict[str, Any]) -> No
 def _restore_fit_loop(trainer: TrainerView, state: dict[str, Any]) -> None:
     """Load the counters, name where the save happened, and settle the counters for that point."""
     loop = trainer.fit_loop
-    loop.epoch_progress.load_state_dict(state["epoch_progress"])
-    loop.batch_progress.load_state_dict(state["epoch_loop.batch_progress"])
-    loop.scheduler_progress.load_state_dict(state["epoch_loop.scheduler_progress"])
-    loop.manual_step_progress.load_state_dict(state["epoch_loop.manual_optimization.optim_step_progress"])
-    optim = state["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
-    loop.optimizer_step_progress.load_state_dict(optim["step"])
-    loop.zero_grad_progress.load_state_dict(optim["zero_grad"])
-    loop.val_progress.load_state_dict(state["epoch_loop.val_loop.batch_progress"])
-    loop.batches_that_stepped = state["epoch_loop.state_dict"]["_batches_that_stepped"]
+    loop.load_state_dict(state)
     point = resume.classify(loop.epoch_progress, loop.batch_progress, loop.val_progress, trainer.max_steps)
     resume.settle(point, loop.epoch_progress, loop.batch_progress)
     if point is ResumePoint.EPOCH_BOUNDARY and (max_steps_reached(trainer) or max_epochs_reached(trainer)):

@@ -34,17 +34,21 @@ def should_sanity_check(run: Run) -> bool:
     return trainer.enable_validation and trainer.num_sanity_val_steps != 0
 
 
+SHOULD_STOP = "`trainer.should_stop` was set"
+
+
 def fit_done(run: Run) -> str | None:
-    """Lightning's stop conditions, checked before each epoch; the first that holds is the reason."""
+    """Lightning's stop conditions, checked before each epoch; the first that holds is the reason, in the words
+    Lightning's fit loop logs."""
     trainer = run.trainer
     if trainer.fit_loop.num_training_batches == 0:
-        return "no training batches"
+        return "No training batches"
     if max_steps_reached(trainer):
-        return f"max_steps={trainer.max_steps} reached"
+        return f"`max_steps={trainer.max_steps}` reached"
     if max_epochs_reached(trainer):
-        return f"max_epochs={trainer.max_epochs} reached"
+        return f"`max_epochs={trainer.max_epochs}` reached"
     if trainer.should_stop and minimums_met(trainer):
-        return "should_stop was set" + (" (max_time reached)" if _out_of_time(run) else "")
+        return SHOULD_STOP + (" (max_time reached)" if _out_of_time(run) else "")
     return None
 
 

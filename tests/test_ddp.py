@@ -565,7 +565,7 @@ def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path
     # Rank 0's history (handed back to this process): fit ended normally, for that reason.
     stop = trainer.history[-1]
     assert (stop.trigger, stop.dest, stop.epoch, stop.global_step) == ("epoch_boundary", "finished", 1, 3)
-    assert stop.guards[-1].reason == "should_stop was set"
+    assert stop.guards[-1].reason == "`trainer.should_stop` was set"
 
 
 class ClockAheadOnRankOne(WritesWhereItStopped):

@@ -252,7 +252,7 @@ def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) ->
         "finish",
     ]
     stop = trainer.history[-3]
-    assert (stop.dest, stop.guards[0].name, stop.guards[0].reason) == ("finished", "fit_done", "max_epochs=2 reached")
+    assert (stop.dest, stop.guards[0].name, stop.guards[0].reason) == ("finished", "fit_done", "`max_epochs=2` reached")
     assert check_path(trainer.history) == []
     path = trainer.dump_history("memory://runs/history.json")
     loaded = load_history(path)

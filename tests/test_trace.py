@@ -133,7 +133,7 @@ def test_a_fits_trace_has_its_states_in_order_and_each_callback_as_measured(tmp_
     assert stop.dest == "finished"
     assert transitions[-1]["args"]["guards"] == {g.name: g.value for g in stop.guards}
     assert transitions[-1]["args"]["reasons"]["fit_done"] == stop.guards[-1].reason
-    assert stop.guards[-1].reason == "max_epochs=2 reached"  # the stop reason a user reads
+    assert stop.guards[-1].reason == "`max_epochs=2` reached"  # the stop reason a user reads
     steps = [e["args"]["value"] for e in events if e["ph"] == "C" and e["name"] == "global_step"]
     assert steps == [0, 4, 8]  # where the global step changed: two epochs of 4 batches
 

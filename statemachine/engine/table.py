@@ -476,7 +476,11 @@ _TRANSITIONS = (
     # The training data is loaded: stop at once (nothing to train, or the checkpoint's fit is already done), continue
     # the saved epoch at its next batch, or start training at an epoch boundary.
     TransitionSpec(
-        trigger="train_ready", source="fitting.train_setup", dest="finished", guard="fit_done", before=_FIT_END_CHAIN
+        trigger="train_ready",
+        source="fitting.train_setup",
+        dest="finished",
+        guard="fit_done",
+        before=("say_why_fit_stopped", *_FIT_END_CHAIN),
     ),
     TransitionSpec(
         trigger="train_ready",
@@ -498,7 +502,7 @@ _TRANSITIONS = (
         source="fitting.between_epochs",
         dest="finished",
         guard="fit_done",
-        before=("end_training", *_FIT_END_CHAIN),
+        before=("say_why_fit_stopped", "end_training", *_FIT_END_CHAIN),
     ),
     TransitionSpec(
         trigger="epoch_boundary", source="fitting.between_epochs", dest="fitting.training", guard="not fit_done"
