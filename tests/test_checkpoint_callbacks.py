@@ -548,7 +548,7 @@ def test_state_key_and_state_dict(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"mode": "mean"}, MisconfigurationException, "'mean'"),
+        ({"mode": "mean"}, MisconfigurationException, "but got mean"),
         ({"save_top_k": -2}, MisconfigurationException, "save_top_k=-2"),
         ({"save_top_k": 3}, MisconfigurationException, "monitor=None"),
         ({"every_n_epochs": -1}, MisconfigurationException, "every_n_epochs=-1"),

@@ -127,7 +127,7 @@ def test_explicit_versions_and_no_name_folder(tmp_path: Path, logger_cls: type) 
     assert logger_cls(tmp_path, name="exp", version=7).log_dir == str(tmp_path / "exp" / "version_7")
     for no_name in (None, ""):
         logger = logger_cls(tmp_path, name=no_name)
-        assert logger.root_dir == str(tmp_path)
+        assert os.path.normpath(logger.root_dir) == str(tmp_path)  # CSVLogger's ends with "/", as in Lightning
         assert logger.log_dir == str(tmp_path / "version_0")
         assert logger.name == ""
 
@@ -136,7 +136,6 @@ def test_explicit_versions_and_no_name_folder(tmp_path: Path, logger_cls: type) 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"save_dir": "s3://bucket/logs"}, "'s3://bucket/logs' is a URL"),
         ({"save_dir": 3}, "save_dir 3 must be a str"),
         ({"version": -1}, "version -1 must be a non-negative int"),
         ({"version": True}, "version True must be"),
@@ -151,6 +150,12 @@ def test_bad_directory_arguments_are_refused(
     arguments: dict[str, object] = {"save_dir": tmp_path, **kwargs}
     with pytest.raises(ValueError, match=message):
         logger_cls(**arguments)
+
+
+def test_tensorboard_refuses_a_url_save_dir(tmp_path: Path) -> None:
+    # CSVLogger takes fsspec URLs: tests/test_checkpoint_csv_api.py
+    with pytest.raises(ValueError, match="'s3://bucket/logs' is a URL"):
+        TensorBoardLogger("s3://bucket/logs")
 
 
 # --- TensorBoard ---
@@ -282,11 +287,11 @@ def test_csv_metrics_file_grows_columns_and_keeps_earlier_rows(tmp_path: Path) -
     logger.log_metrics({"val_loss": 0.75, "epoch": 0}, step=1)
     logger.save()
     with open(path) as f:
-        assert f.readline().strip() == "step,epoch,train_loss,val_loss"
+        assert f.readline().strip() == "epoch,step,train_loss,val_loss"
     assert _read_csv(path) == [
         {"step": "0", "epoch": "", "train_loss": "0.5", "val_loss": ""},
         {"step": "1", "epoch": "", "train_loss": "0.25", "val_loss": ""},
-        {"step": "1", "epoch": "0.0", "train_loss": "", "val_loss": "0.75"},
+        {"step": "1", "epoch": "0", "train_loss": "", "val_loss": "0.75"},
     ]
 
     logger.log_metrics({"train_loss": 0.125}, step=2)  # no new key: appended under the same header
@@ -303,12 +308,12 @@ def test_csv_appends_rows_under_an_unchanged_header(tmp_path: Path) -> None:
     logger.log_metrics({"loss": 1.0}, step=0)
     logger.save()
     with open(path, newline="") as follower:
-        assert follower.read() == "step,loss\r\n0,1.0\r\n"
+        assert follower.read() == "loss,step\r\n1.0,0\r\n"
         inode = os.stat(path).st_ino
         for step in range(1, 4):
             logger.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
             logger.save()
-            assert follower.read() == f"{step},{1.0 / (step + 1)}\r\n"  # exactly the new row, at the end
+            assert follower.read() == f"{1.0 / (step + 1)},{step}\r\n"  # exactly the new row, at the end
     assert os.stat(path).st_ino == inode
     assert [row["loss"] for row in _read_csv(path)] == ["1.0", "0.5", "0.3333333333333333", "0.25"]
 
@@ -348,7 +353,7 @@ def test_csv_existing_metrics_file_is_replaced_with_a_warning(tmp_path: Path) ->
     log_dir.mkdir(parents=True)
     (log_dir / "metrics.csv").write_text("step,old\n0,1\n")
     logger = CSVLogger(tmp_path, version=0)
-    with pytest.warns(UserWarning, match="metrics.csv already exists"):
+    with pytest.warns(UserWarning, match="exists and is not empty. Previous log files"):
         logger.log_metrics({"new": 2.0}, step=5)
     logger.save()
     assert _read_csv(str(log_dir / "metrics.csv")) == [{"step": "5", "new": "2.0"}]

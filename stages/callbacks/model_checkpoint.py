@@ -16,6 +16,7 @@ from typing import Any
 
 import fsspec
 import torch
+import yaml
 from fsspec.implementations.local import LocalFileSystem
 
 from devices.checkpoint_io import remove_stale_temporaries
@@ -33,7 +34,8 @@ class ModelCheckpoint(Checkpoint):
     """Saves a checkpoint every `every_n_epochs` epochs, every `every_n_train_steps` steps or every
     `train_time_interval`, keeping the `save_top_k` best by `monitor` (or the newest without a monitor).
 
-    `save_last=True` writes `last.ckpt` with each save, and `"link"` makes it a symlink to the latest save.
+    `save_last=True` writes `last.ckpt` with each save, and `"link"` makes it a symlink to the latest save (local
+    directories only).
     Nothing is saved under fast_dev_run, outside fit, during the sanity check, or twice at one global step.
     """
 
@@ -67,7 +69,7 @@ class ModelCheckpoint(Checkpoint):
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise MisconfigurationException(
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration. No"
-                " quantity for top_k to track: use save_top_k in (-1, 0, 1) or set `monitor`."
+                " quantity for top_k to track. Use save_top_k in (-1, 0, 1) or set `monitor`."
             )
         self.monitor = monitor
         self.verbose = verbose
@@ -127,11 +129,21 @@ class ModelCheckpoint(Checkpoint):
             train_time_interval=self._train_time_interval,
         )
 
+    @property
+    def every_n_epochs(self) -> int | None:
+        """Epochs between top-k saves; 0 when saves follow steps or time instead."""
+        return self._every_n_epochs
+
     # ---- hooks ----
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.dirpath = trainer.strategy.broadcast(self._resolve_dirpath(trainer))
         self._fs = _filesystem(self.dirpath)
+        if self.save_last == "link" and not isinstance(self._fs, LocalFileSystem):
+            raise ValueError(
+                "`ModelCheckpoint(save_last='link')` is only supported for local file paths, got"
+                f" `dirpath={self.dirpath}`. Use save_last=True to write a copy there."
+            )
         self._save_point_open = False
         self._last_claimed_step = None
         if trainer.is_global_zero and stage == "fit":
@@ -235,6 +247,7 @@ class ModelCheckpoint(Checkpoint):
         prefix: str | None = None,
     ) -> str:
         """The checkpoint path for `metrics`: the filled-in template, prefix, `-v<ver>`, extension, dirpath.
+        A template field missing from `metrics` is added to it as 0.
 
         >>> ModelCheckpoint(filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
         ...     {"epoch": torch.tensor(2), "val_loss": torch.tensor(0.1234)})
@@ -243,7 +256,7 @@ class ModelCheckpoint(Checkpoint):
         name = self._fill_template(
             filename or self.filename or f"{{epoch}}{self.CHECKPOINT_JOIN_CHAR}{{step}}", metrics
         )
-        if prefix:
+        if prefix is not None:
             name = self.CHECKPOINT_JOIN_CHAR.join((prefix, name))
         if ver is not None:
             name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
@@ -254,7 +267,7 @@ class ModelCheckpoint(Checkpoint):
         def fill(field: re.Match[str]) -> str:
             name, spec = field.group(1), field.group(2) or ""
             # A metric missing from `metrics` prints as 0, so a template never fails on it.
-            value = format(_plain(metrics.get(name, 0)), spec)
+            value = format(_plain(metrics.setdefault(name, torch.tensor(0))), spec)
             return f"{name}{self.CHECKPOINT_EQUALS_CHAR}{value}" if self.auto_insert_metric_name else value
 
         return _TEMPLATE_FIELD.sub(fill, template)
@@ -265,14 +278,15 @@ class ModelCheckpoint(Checkpoint):
         metrics: dict[str, Any],
         filename: str | None = None,
         reusable: str | None = None,
+        taken: str | None = None,
     ) -> str:
         """The formatted path, with `-v1`, `-v2`, ... added while it names an existing file other than
-        `reusable` (a file this save replaces)."""
+        `reusable` (a file this save replaces), or `taken` (a file about to be written)."""
         filepath = self.format_checkpoint_name(metrics, filename)
         if not self._enable_version_counter:
             return filepath
         version = self.STARTING_VERSION
-        while filepath != reusable and self._file_exists(trainer, filepath):
+        while filepath != reusable and (filepath == taken or self.file_exists(filepath, trainer)):
             filepath = self.format_checkpoint_name(metrics, filename, ver=version)
             version += 1
         return filepath
@@ -462,14 +476,14 @@ class ModelCheckpoint(Checkpoint):
         filepath, previous = self.last_model_path, self._last_replaced
         self._last_claimed_step = None
         target = self._last_checkpoint_saved
-        if self.save_last == "link" and self.save_top_k != 0 and target and target != filepath:
+        if self.save_last == "link" and self.save_top_k != 0 and target:
             self._link_checkpoint(trainer, target, filepath)
         else:
             self._save_checkpoint(trainer, filepath, is_last=True)
         if previous and self._should_remove_checkpoint(trainer, previous, filepath):
             self._remove_checkpoint(trainer, previous)
 
-    def _claim_last(self, trainer: Any, candidates: dict[str, Any]) -> None:
+    def _claim_last(self, trainer: Any, candidates: dict[str, Any], about_to_write: str | None = None) -> None:
         """Choose `last`'s path once per save point, before its first file is written.
 
         The path is part of the state in every file: a run resumed from any of them (an `exception-*.ckpt`
@@ -479,13 +493,13 @@ class ModelCheckpoint(Checkpoint):
             return
         self._last_replaced = self.last_model_path
         self.last_model_path = self._unique_path(
-            trainer, candidates, self.CHECKPOINT_NAME_LAST, reusable=self.last_model_path
+            trainer, candidates, self.CHECKPOINT_NAME_LAST, reusable=self.last_model_path, taken=about_to_write
         )
         self._last_claimed_step = trainer.global_step
 
     def _save_checkpoint(self, trainer: Any, filepath: str, is_last: bool = False) -> None:
         if self.save_last and not is_last:
-            self._claim_last(trainer, self._monitor_candidates(trainer))
+            self._claim_last(trainer, self._monitor_candidates(trainer), about_to_write=filepath)
         trainer.save_checkpoint(filepath, weights_only=self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
@@ -494,19 +508,31 @@ class ModelCheckpoint(Checkpoint):
                 logger.after_save_checkpoint(self)
 
     def _link_checkpoint(self, trainer: Any, target: str, linkpath: str) -> None:
-        if not trainer.is_global_zero:
-            return
-        if isinstance(self._fs, LocalFileSystem):
+        """`linkpath` becomes a relative symlink to `target`; a save under the link's own name is left as it is."""
+        if trainer.is_global_zero and os.path.abspath(target) != os.path.abspath(linkpath):
             _symlink_or_copy(target, linkpath)
-        else:
-            # Object stores have no symlinks; a copy still gives a stable name for the latest save.
-            self._fs.copy(target, linkpath)
+        # No rank reads `last` before rank 0 has made it.
+        trainer.strategy.barrier()
 
     # ---- files ----
 
-    def _file_exists(self, trainer: Any, filepath: str) -> bool:
-        # Rank 0 decides, so every rank picks the same version suffix.
-        return bool(trainer.strategy.broadcast(self._fs.exists(filepath)))
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Writes `best_k_models` as `{path: score}` YAML, by default to `<dirpath>/best_k_models.yaml`."""
+        if filepath is None:
+            if not self.dirpath:
+                raise AssertionError(
+                    "ModelCheckpoint.to_yaml() without a filepath writes into `dirpath`, which is None until the"
+                    " callback is set up by a fit; pass a filepath."
+                )
+            filepath = os.path.join(self.dirpath, "best_k_models.yaml")
+        best_k = {path: score.item() for path, score in self.best_k_models.items()}
+        with fsspec.open(os.fspath(filepath), "w") as out:
+            yaml.dump(best_k, out)
+
+    def file_exists(self, filepath: str | os.PathLike[str], trainer: Any) -> bool:
+        """Whether `filepath` exists, as global rank 0 sees it, on every rank (so all pick the same name)."""
+        exists = self._fs.exists(os.fspath(filepath)) if trainer.is_global_zero else False
+        return bool(trainer.strategy.reduce_boolean_decision(exists, all=False))
 
     def _should_remove_checkpoint(self, trainer: Any, previous: str, current: str) -> bool:
         """Never delete the file just written, the one this run resumed from, or a local file elsewhere."""
@@ -578,18 +604,27 @@ def _validate_names(dirpath: str | os.PathLike[str] | None, filename: str | None
 
 
 def _validate_options(save_last: Any, save_top_k: int, mode: str, save_on_train_epoch_end: bool | None) -> None:
+    if mode not in _MODES:
+        raise MisconfigurationException(f"`mode` can be {', '.join(_MODES)} but got {mode}")
     if not (save_last is None or isinstance(save_last, bool) or save_last == "link"):
         raise MisconfigurationException(
             f"ModelCheckpoint(save_last={save_last!r}) is not supported; use None, True, False or 'link'."
         )
     if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-        raise MisconfigurationException(f"Invalid value for save_top_k={save_top_k!r}. Must be an int >= -1")
-    if mode not in _MODES:
-        raise MisconfigurationException(f"`mode` can be {', '.join(_MODES)} but got {mode!r}")
+        raise MisconfigurationException(
+            f"Invalid value for save_top_k={save_top_k}. Must be >= -1{_int_detail(save_top_k)}"
+        )
     if save_on_train_epoch_end is not None and not isinstance(save_on_train_epoch_end, bool):
         raise TypeError(
             f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be True, False or None."
         )
+
+
+def _int_detail(value: Any) -> str:
+    """Our own addition to Lightning's range message, for a value that is not an int at all."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return ""
+    return f" and an int, got {type(value).__name__}"
 
 
 def _validate_triggers(
@@ -597,23 +632,17 @@ def _validate_triggers(
 ) -> None:
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise MisconfigurationException(f"Invalid value for {name}={value!r}. Must be None or an int >= 0")
+            raise MisconfigurationException(f"Invalid value for {name}={value}. Must be >= 0{_int_detail(value)}")
     if train_time_interval is not None and not isinstance(train_time_interval, timedelta):
         raise TypeError(
             f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta or None."
         )
     if train_time_interval is not None and train_time_interval < timedelta(0):
         raise MisconfigurationException(f"Invalid value for train_time_interval={train_time_interval}. Must be >= 0")
-    active = [
-        name
-        for name, on in (
-            ("every_n_train_steps", (every_n_train_steps or 0) >= 1),
-            ("every_n_epochs", (every_n_epochs or 0) >= 1),
-            ("train_time_interval", train_time_interval is not None),
-        )
-        if on
-    ]
-    if len(active) > 1:
+    # As Lightning shows them: unset counts become 0 once any trigger is set.
+    steps, epochs = every_n_train_steps or 0, every_n_epochs or 0
+    if (steps >= 1) + (epochs >= 1) + (train_time_interval is not None) > 1:
         raise MisconfigurationException(
-            f"Combination of parameters {', '.join(active)} should be mutually exclusive; set only one of them."
+            f"Combination of parameters every_n_train_steps={steps}, every_n_epochs={epochs} and"
+            f" train_time_interval={train_time_interval} should be mutually exclusive."
         )

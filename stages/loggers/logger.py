@@ -160,6 +160,17 @@ def import_tracker(module: str, extra: str, logger: str) -> ModuleType:
         ) from err
 
 
+def check_name_and_version(name: Any, version: Any) -> None:
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name {name!r} must be a str, or None or '' for no name folder")
+    if isinstance(version, bool) or not isinstance(version, (int, str, type(None))):
+        raise ValueError(f"version {version!r} must be a non-negative int, a folder name (str) or None")
+    if isinstance(version, int) and version < 0:
+        raise ValueError(f"version {version!r} must be a non-negative int, a folder name (str) or None")
+    if version == "":
+        raise ValueError("version '' is empty; give a folder name, a non-negative int, or None")
+
+
 class VersionedDir:
     """`<save_dir>/<name>/<version>`: a str version is the folder name, an int N gives `version_N`, and None
     picks the next free N among the existing `version_*` folders, once, on first use."""
@@ -170,14 +181,7 @@ class VersionedDir:
         save_dir = os.fspath(save_dir)
         if "://" in save_dir:
             raise ValueError(f"save_dir {save_dir!r} is a URL; only local directories are supported")
-        if name is not None and not isinstance(name, str):
-            raise ValueError(f"name {name!r} must be a str, or None or '' for no name folder")
-        if isinstance(version, bool) or not isinstance(version, (int, str, type(None))):
-            raise ValueError(f"version {version!r} must be a non-negative int, a folder name (str) or None")
-        if isinstance(version, int) and version < 0:
-            raise ValueError(f"version {version!r} must be a non-negative int, a folder name (str) or None")
-        if version == "":
-            raise ValueError("version '' is empty; give a folder name, a non-negative int, or None")
+        check_name_and_version(name, version)
         self.save_dir = os.path.expanduser(save_dir)
         self.name = name or ""
         self._version = version

@@ -1,5 +1,5 @@
 """`lightning.pytorch.loggers.csv_logs`."""
 
-from stages.loggers.csv_logs import CSVLogger
+from stages.loggers.csv_logs import CSVLogger, ExperimentWriter
 
-__all__ = ["CSVLogger"]
+__all__ = ["CSVLogger", "ExperimentWriter"]
