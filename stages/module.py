@@ -198,7 +198,14 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         return map_leaves(data, (Tensor, int, float), gather)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        if self._trainer is None or self._trainer.is_global_zero:
+        """Print on global rank 0 only; through the progress bar when one is enabled, so it is not broken."""
+        trainer = self._trainer
+        if trainer is not None and not trainer.is_global_zero:
+            return
+        bar = None if trainer is None else trainer.progress_bar_callback
+        if bar is not None and bar.is_enabled:
+            bar.print(*args, **kwargs)
+        else:
             print(*args, **kwargs)
 
     # ---- optimization ------------------------------------------------------------------------------------------------

@@ -243,8 +243,7 @@ class Trainer:
             )
         if self.max_time is not None and not any(isinstance(c, Timer) for c in user):
             user.append(Timer(duration=self.max_time, interval="step"))
-        if _flag(config.enable_progress_bar, on) and not any(isinstance(c, ProgressBar) for c in user):
-            user.append(TQDMProgressBar())
+        _add_progress_bar(user, _flag(config.enable_progress_bar, on))
         if _flag(config.enable_model_summary, on) and not any(isinstance(c, ModelSummary) for c in user):
             user.append(ModelSummary())
         return checkpoints_last(user)
@@ -787,6 +786,23 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
 
 def _flag(value: bool | None, default: bool) -> bool:
     return default if value is None else value
+
+
+def _add_progress_bar(callbacks: list[Callback], enabled: bool) -> None:
+    """The default bar when none is given; a given one must be the only one, and the bar must be enabled."""
+    bars = [c for c in callbacks if isinstance(c, ProgressBar)]
+    if len(bars) > 1:
+        raise InvalidTrainerArguments(
+            "invalid Trainer arguments:\n  callbacks: You added multiple progress bar callbacks to the Trainer, but"
+            f" currently only one progress bar is supported. Found: {[type(bar).__name__ for bar in bars]}"
+        )
+    if bars and not enabled:
+        raise InvalidTrainerArguments(
+            "invalid Trainer arguments:\n  enable_progress_bar: Trainer was configured with `enable_progress_bar=False`"
+            f" but found `{type(bars[0]).__name__}` in callbacks list."
+        )
+    if enabled and not bars:
+        callbacks.append(TQDMProgressBar())
 
 
 def _check_model(model: Any, trigger: str) -> None:

@@ -1,5 +1,5 @@
 """`lightning.pytorch.callbacks.progress.tqdm_progress`."""
 
-from stages.callbacks.progress import TQDMProgressBar
+from stages.callbacks.progress import Tqdm, TQDMProgressBar, convert_inf
 
-__all__ = ["TQDMProgressBar"]
+__all__ = ["TQDMProgressBar", "Tqdm", "convert_inf"]
