@@ -42,6 +42,8 @@ _EXPORTS = {
     "TransitionSpec": "statemachine.engine.table",
     "Trainer": "statemachine.trainer",
     "NotSupportedYetError": "statemachine._exports",
+    "LIGHTNING_LOGO": "statemachine.utilities.logo",
+    "cli_lightning_logo": "statemachine.utilities.logo",
 }
 # Lightning's subpackages, reachable as attributes (`L.callbacks.ModelCheckpoint`) like `lightning.pytorch`'s
 _SUBPACKAGES = frozenset(

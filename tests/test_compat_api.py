@@ -507,7 +507,8 @@ def test_is_overridden_and_move_data_to_device() -> None:
 # ---- demos -------------------------------------------------------------------------------------------------------
 
 
-def test_demo_models_train(tmp_path: Path) -> None:
+def test_demo_models_train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # LightningTransformer's prepare_data writes its corpus to ./data
     from statemachine.demos import BoringDataModule, BoringModel, DemoModel, LightningTransformer
     from statemachine.demos.boring_classes import ManualOptimBoringModel, RandomDataset
 

@@ -215,8 +215,6 @@ def test_strategies_and_cluster_environments_are_the_ones_the_trainer_takes() ->
 def test_a_refused_name_is_an_import_error_naming_the_reason() -> None:
     with pytest.raises(ImportError, match=r"statemachine\.loggers\.NeptuneLogger is not supported yet"):
         from statemachine.loggers import NeptuneLogger  # noqa: F401
-    with pytest.raises(ImportError, match="downloads MNIST"):
-        from statemachine.demos.mnist_datamodule import MNISTDataModule  # noqa: F401
 
 
 def test_an_unknown_name_is_a_plain_import_error() -> None:

@@ -1,7 +1,8 @@
-"""`lightning.pytorch.demos`: the small models and random datasets Lightning's examples and bug reports use.
+"""`lightning.pytorch.demos`: the small models and datasets Lightning's examples and bug reports use.
 
-Everything here works offline on synthetic data; the demos that download a dataset (MNIST, WikiText-2) are
-refused with `NotSupportedYetError`.
+Everything here works offline. The datasets Lightning downloads are generated instead, and are not the real
+ones: `WikiText2` is a corpus of made-up words from a fixed grammar, `MNIST` (in `mnist_datamodule`) serves
+synthetic digit-like images. Their `download=True` generates the files when missing; nothing is downloaded.
 """
 
 from statemachine._exports import lazy_exports
@@ -15,10 +16,12 @@ _EXPORTS = {
     "RandomDictDataset": "statemachine.demos.boring_classes",
     "RandomIterableDataset": "statemachine.demos.boring_classes",
     "RandomIterableDatasetWithLen": "statemachine.demos.boring_classes",
+    "LightningLSTM": "statemachine.demos.lstm",
+    "SequenceSampler": "statemachine.demos.lstm",
+    "SimpleLSTM": "statemachine.demos.lstm",
     "LightningTransformer": "statemachine.demos.transformer",
     "Transformer": "statemachine.demos.transformer",
+    "WikiText2": "statemachine.demos.transformer",
 }
-_DOWNLOADS = "it downloads its dataset; use your own data or the synthetic datasets in statemachine.demos"
-_NOT_SUPPORTED = {"WikiText2": _DOWNLOADS, "MNIST": _DOWNLOADS, "MNISTDataModule": _DOWNLOADS}
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _NOT_SUPPORTED)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
@@ -19,9 +20,12 @@ from stages.module import LightningModule
 
 __all__ = [
     "BoringDataModule",
+    "BoringDataModuleNoLen",
     "BoringModel",
     "DemoModel",
+    "IterableBoringDataModule",
     "ManualOptimBoringModel",
+    "Net",
     "RandomDataset",
     "RandomDictDataset",
     "RandomIterableDataset",
@@ -159,6 +163,64 @@ class BoringDataModule(LightningDataModule):
         return DataLoader(self.random_predict)
 
 
+class BoringDataModuleNoLen(LightningDataModule):
+    """Loaders without a length: `RandomIterableDataset(32, n)` with 512 training, 128 validation, 256 test and
+    64 predict items."""
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.random_train = RandomIterableDataset(32, 512)
+        if stage in ("fit", "validate"):
+            self.random_val = RandomIterableDataset(32, 128)
+        if stage == "test":
+            self.random_test = RandomIterableDataset(32, 256)
+        if stage == "predict":
+            self.random_predict = RandomIterableDataset(32, 64)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_train)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_val)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_test)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_predict)
+
+
+class IterableBoringDataModule(LightningDataModule):
+    """Two loaders per stage, a sized `RandomDataset(4, n)` and an unsized `RandomIterableDataset(4, n)`: n is
+    16 for training, 32 for validation, 64 for test and 128 for predict."""
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.train_datasets = self._pair(16)
+        if stage in ("fit", "validate"):
+            self.val_datasets = self._pair(32)
+        if stage == "test":
+            self.test_datasets = self._pair(64)
+        if stage == "predict":
+            self.predict_datasets = self._pair(128)
+
+    @staticmethod
+    def _pair(length: int) -> list[Dataset]:
+        return [RandomDataset(4, length), RandomIterableDataset(4, length)]
+
+    def train_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(dataset) for dataset in self.train_datasets]
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(dataset) for dataset in self.val_datasets]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(dataset) for dataset in self.test_datasets]
+
+    def predict_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(dataset) for dataset in self.predict_datasets]
+
+
 class DemoModel(LightningModule):
     """A linear layer with ReLU on 32 features; the loss is the sum of its outputs (logged as `train_loss`,
     `valid_loss`, `test_loss`)."""
@@ -184,3 +246,22 @@ class DemoModel(LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+
+
+class Net(nn.Module):
+    """The convolutional MNIST classifier of PyTorch's examples: (N, 1, 28, 28) images to (N, 10)
+    log-probabilities."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+        x = F.relu(self.fc1(torch.flatten(self.dropout1(x), 1)))
+        return F.log_softmax(self.fc2(self.dropout2(x)), dim=1)
