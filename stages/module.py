@@ -35,6 +35,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         "logger",
         "loggers",
         "trainer",
+        "strict_loading",
         "device",
         "dtype",
         "hparams",
@@ -48,7 +49,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         self._init_hparams()
         self._modes_before_eval: dict[str, bool] = {}
         self.automatic_optimization = True
-        self.strict_loading = True
+        self._strict_loading: bool | None = None  # None: the user has not chosen
         self.prepare_data_per_node = True
         self._example_input_array: Any = None
 
@@ -57,12 +58,25 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     @property
     def trainer(self) -> Any:
         if self._trainer is None and not self.__dict__.get("_jit_is_scripting", False):
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`.")
         return self._trainer
 
     @trainer.setter
     def trainer(self, trainer: Any) -> None:
         self._trainer = trainer
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled or deep-copied module leaves its trainer behind
+        return {**self.__dict__, "_trainer": None}
+
+    @property
+    def strict_loading(self) -> bool:
+        """Whether checkpoint weights load with `load_state_dict(..., strict=True)` (the default)."""
+        return self._strict_loading in (None, True)
+
+    @strict_loading.setter
+    def strict_loading(self, strict_loading: bool) -> None:
+        self._strict_loading = strict_loading
 
     @property
     def example_input_array(self) -> Any:
@@ -501,10 +515,13 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     ) -> Any:
         """Build the module from a checkpoint and load its weights.
 
-        The constructor gets the checkpoint's saved hyperparameters, replaced by those in `hparams_file` (a
-        `hparams.yaml`) when given, and overridden by `kwargs`. `map_location` is torch.load's (default: the
-        CPU); the module is returned on the device its loaded weights are on. `strict` defaults to the module's
-        `strict_loading`; `weights_only=True` unpickles only tensors and plain values (torch's safe mode).
+        The constructor gets the checkpoint's saved hyperparameters (an OmegaConf config as one again), replaced
+        by those in `hparams_file` (a `hparams.yaml` or tags `.csv`) when given, and overridden by `kwargs`;
+        `__init__` gets only the names it takes unless it takes `**kwargs`. `map_location` is torch.load's (by
+        default a storage stays on its device when this host has it, else comes to the CPU); the module is
+        returned on the device its loaded weights are on. `strict` defaults to the module's `strict_loading`
+        and must agree with it when both are set. `weights_only` (unset: True, torch's default) unpickles only
+        tensors and plain values; a checkpoint holding an OmegaConf config needs `weights_only=False`.
         """
         return saving.load_from_checkpoint(
             cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs

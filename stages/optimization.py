@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -154,7 +155,13 @@ class LightningOptimizer:
         self._optimization = optimization
 
     def __getattr__(self, name: str) -> Any:
+        if name == "optimizer":
+            raise AttributeError(name)  # not set yet (copy and pickle build the object empty): no recursion
         return getattr(self.optimizer, name)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LightningOptimizer:
+        # the copy wraps a copy of the optimizer and steps through the same run
+        return type(self)(copy.deepcopy(self.optimizer, memo), self._optimization)
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
-from stages import rng
+from stages import hparams, rng
 from stages.callbacks.callback import Callback, checkpoints_last
 from stages.hooks import overridden_steps
 from stages.loggers.logger import Logger
@@ -32,7 +31,9 @@ _log = logging.getLogger(__name__)
 
 
 def connect_model(run: Run) -> None:
-    """Attach the model and data of this run, so hooks and dataloader resolution can see them."""
+    """Attach the model and data of this run, so hooks and dataloader resolution can see them; hyperparameters
+    a checkpoint could not hold are dropped first."""
+    hparams.clean_namespace(run.model.hparams)
     run.connect()
 
 
@@ -117,9 +118,9 @@ def log_hyperparams(run: Run) -> None:
     """Every logger gets the hyperparameters (when there are any), then the model's graph, then a save."""
     if not run.trainer.enable_autolog_hparams or not run.loggers:
         return
-    params = _hyperparameters(run)
+    params = hparams.hparams_to_log(run.model, run.trainer.datamodule)
     for logger in run.loggers:
-        if params:
+        if params is not None:
             logger.log_hyperparams(params)
         logger.log_graph(run.trainer.lightning_module)
         logger.save()
@@ -307,17 +308,6 @@ def dump_history(run: Run) -> None:
             note_on_cause(exception, error, "the state history could not be dumped", note)
 
     run.flow.defer(write)
-
-
-def _hyperparameters(run: Run) -> dict[str, Any]:
-    """The module's initial hyperparameters, then the datamodule's, each unless it opted out of logging them."""
-    params: dict[str, Any] = {}
-    if run.model._log_hyperparams:
-        params.update(run.model.hparams_initial)
-    datamodule = run.trainer.datamodule
-    if datamodule is not None and datamodule._log_hyperparams:
-        params.update(datamodule.hparams_initial)
-    return params
 
 
 def history_dump_path(run: Run) -> str:

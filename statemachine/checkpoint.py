@@ -13,7 +13,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from devices.checkpoint_io import CorruptCheckpointError
-from stages import resume
+from stages import hparams, resume
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.contract import TrainerView, module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
@@ -100,9 +100,8 @@ def _callback_states(trainer: TrainerView) -> dict[str, Any]:
 def _add_hparams(checkpoint: dict[str, Any], trainer: TrainerView) -> None:
     module = module_of(trainer)
     for owner in (module, trainer.datamodule):
-        if owner is not None and owner.hparams:
-            checkpoint[owner.CHECKPOINT_HYPER_PARAMS_NAME] = owner._hparams_name
-            checkpoint[owner.CHECKPOINT_HYPER_PARAMS_KEY] = dict(owner.hparams)
+        if owner is not None:
+            checkpoint.update(hparams.checkpoint_entries(owner))
 
 
 # ---- ckpt_path resolution ("best", "last", a path) -------------------------------------------------------------------

@@ -190,7 +190,7 @@ def test_load_from_checkpoint_with_hparams_file(tmp_path: Path) -> None:
     save_hparams_to_yaml(hparams_file, {"hidden": 5, "lr": 0.7})
     loaded = HParamModel.load_from_checkpoint(path, hparams_file=hparams_file)
     assert loaded.hparams.lr == 0.7
-    with pytest.raises(ValueError, match="must be a .yaml or .yml file"):
+    with pytest.raises(ValueError, match=r"\.csv, \.yml or \.yaml is required for `hparams_file`"):
         HParamModel.load_from_checkpoint(path, hparams_file=tmp_path / "hparams.json")
 
 
@@ -204,7 +204,7 @@ def test_load_from_checkpoint_strict_and_weights_only(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="Missing key"):
         Wider.load_from_checkpoint(path)
-    with pytest.warns(UserWarning, match=r"Keys missing .*extra\.weight"):
+    with pytest.warns(UserWarning, match=r"in the model state dict but not in the checkpoint: .*extra\.weight"):
         Wider.load_from_checkpoint(path, strict=False)
     safe = HParamModel.load_from_checkpoint(path, weights_only=True)
     assert safe.hparams.hidden == 5
@@ -276,7 +276,7 @@ def test_save_hyperparameters_with_an_unknown_name_is_refused() -> None:
             super().__init__()
             self.save_hyperparameters("lr", "batch_size")
 
-    with pytest.raises(ValueError, match=r"\['batch_size'\] are not arguments of __init__"):
+    with pytest.raises(KeyError, match="'batch_size'"):
         Named()
 
 
@@ -291,10 +291,10 @@ def test_loggers_write_hparams_yaml_that_load_from_checkpoint_reads(tmp_path: Pa
 
 def test_yaml_helpers_skip_values_yaml_cannot_hold(tmp_path: Path) -> None:
     target = tmp_path / "h.yaml"
-    with pytest.warns(UserWarning, match="Skipping hyperparameter 'lock'"):
-        save_hparams_to_yaml(target, {"lr": 0.1, "lock": threading.Lock(), "sizes": (2, 3)})
-    assert load_hparams_from_yaml(target) == {"lr": 0.1, "sizes": (2, 3)}
-    with pytest.warns(UserWarning, match="Missing hyperparameter file"):
+    with pytest.warns(UserWarning, match="Skipping 'lock' parameter because it is not possible to safely dump"):
+        save_hparams_to_yaml(target, {"lr": 0.1, "lock": threading.Lock(), "sizes": (2, 3)}, use_omegaconf=False)
+    assert load_hparams_from_yaml(target, use_omegaconf=False) == {"lr": 0.1, "sizes": (2, 3)}
+    with pytest.warns(RuntimeWarning, match="Missing Tags: .*absent.yaml"):
         assert load_hparams_from_yaml(tmp_path / "absent.yaml") == {}
 
 

@@ -344,7 +344,7 @@ def test_csv_hparams_yaml_keeps_nesting_and_merges_calls(tmp_path: Path) -> None
     logger.log_hyperparams(argparse.Namespace(lr=0.1, net={"widths": (4, 8)}))
     logger.log_hyperparams({"batch_size": 32})
     saved = load_hparams_from_yaml(os.path.join(logger.log_dir, "hparams.yaml"))
-    assert saved == {"lr": 0.1, "net": {"widths": (4, 8)}, "batch_size": 32}
+    assert saved == {"lr": 0.1, "net": {"widths": [4, 8]}, "batch_size": 32}  # OmegaConf writes tuples as lists
     assert not os.path.exists(os.path.join(logger.log_dir, "hparams.json"))
 
 
