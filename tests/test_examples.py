@@ -80,3 +80,54 @@ def test_finetuning_keeps_the_backbone_frozen_then_trains_it(tmp_path: Path) -> 
     assert not all(torch.equal(backbone(3)[key], pretrained[key]) for key in pretrained)
     val_acc = epoch_values(run_dir / "metrics.csv", "val_acc")
     assert len(val_acc) == 4 and val_acc[-1] > val_acc[0]
+
+
+def test_image_classifier_cli_applies_its_config_and_predicts_with_the_best_checkpoint(tmp_path: Path) -> None:
+    import yaml
+
+    output = run_example(
+        "image_classifier",
+        *("--trainer.max_epochs", "2", "--trainer.limit_train_batches", "30", "--trainer.limit_val_batches", "5"),
+        *("--trainer.limit_test_batches", "5", "--trainer.limit_predict_batches", "2"),
+        *("--trainer.log_every_n_steps", "10", "--trainer.enable_progress_bar", "false"),
+        *("--trainer.default_root_dir", str(tmp_path), "--data.data_dir", str(tmp_path / "data")),
+        *("--model.learning_rate", "0.003", "--model.backbone.hidden_dim", "64", "--data.batch_size", "64"),
+    )
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["seed_everything"] == 1234 and config["trainer"]["max_epochs"] == 2
+    assert config["model"]["learning_rate"] == 0.003 and config["data"]["batch_size"] == 64
+    assert config["model"]["backbone"]["init_args"]["hidden_dim"] == 64
+    (checkpoint_path,) = (run_dir / "checkpoints").glob("*.ckpt")
+    assert checkpoint_path.name == "epoch=1-step=60.ckpt"
+    checkpoint = load(checkpoint_path)
+    assert checkpoint["hyper_parameters"] == {"learning_rate": 0.003}  # the backbone is left out
+    assert checkpoint["state_dict"]["backbone.l1.weight"].shape == (64, 784)
+    assert float(output.split("test accuracy:")[1].split()[0]) > 0.8
+    predicted = output.split("first predicted digits: [")[1].split("]")[0].split(", ")
+    assert len(predicted) == 10 and all(digit in "0123456789" for digit in predicted)
+
+
+def test_transformer_language_model_learns_the_demo_corpus(tmp_path: Path) -> None:
+    output = run_example(
+        "transformer",
+        *("--max-epochs", "3", "--limit-train-batches", "12", "--ninp", "32", "--nhid", "64", "--nlayers", "1"),
+        *("--root", str(tmp_path), "--data-dir", str(tmp_path / "data")),
+    )
+    assert (tmp_path / "data" / "wikitext-2-synthetic.txt").is_file()
+    val_losses = epoch_values(tmp_path / "lightning_logs" / "version_0" / "metrics.csv", "val_loss")
+    assert len(val_losses) == 3 and val_losses[0] > val_losses[1] > val_losses[2]
+    guessing = float(output.split("guessing scores")[1].split(")")[0])
+    test_loss = float(output.split("test loss:")[1].split()[0])
+    assert test_loss < 0.8 * guessing
+
+
+def test_dqn_learns_the_shortest_path_from_a_replay_buffer_fed_dataset(tmp_path: Path) -> None:
+    output = run_example("dqn", "--max-epochs", "6", "--root", str(tmp_path))
+    assert "greedy episode: 7 steps, reward 0.94" in output  # straight to the goal of the 8-cell corridor
+    run_dir = tmp_path / "lightning_logs" / "version_0"
+    epsilon = epoch_values(run_dir / "metrics.csv", "epsilon")
+    # exploration fades out as it learns: from 1 at step 0 towards 0.01 at step 200
+    assert epsilon == sorted(epsilon, reverse=True) and epsilon[0] > 0.9 and epsilon[-1] < 0.3
+    (checkpoint_path,) = (run_dir / "checkpoints").glob("*.ckpt")
+    assert checkpoint_path.name == "epoch=5-step=150.ckpt"  # 400 samples an epoch in batches of 16
