@@ -1,7 +1,8 @@
 """An image classifier driven by LightningCLI: the model, the data and the Trainer are built from the command line
 (or a config file), then it trains, tests the best checkpoint and predicts with it. The images are the generated
-digit-like MNIST of `statemachine.demos` (not the real MNIST: nothing is downloaded). Written as for Lightning:
-replacing `statemachine` with `lightning.pytorch` in the imports is the only change it needs to run there.
+digit-like MNIST of `statemachine.demos` (not the real MNIST: nothing is downloaded). Written as for Lightning,
+with the imports rewritten; there, `MNIST` downloads the real images and, when torchvision is installed, gives PIL
+images, which need `transform=transforms.ToTensor()`.
 
     python examples/image_classifier.py --trainer.max_epochs 2 --model.learning_rate 0.003 --data.batch_size 64
     python examples/image_classifier.py --print_config   # the full config, to save and edit
