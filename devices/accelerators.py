@@ -76,9 +76,15 @@ class CPUAccelerator(Accelerator):
                 count = int(text)
         if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
             # Lightning also refuses lists and -1 for the CPU: there is no set of CPU "devices" to index.
+            zero = count == 0 and not isinstance(count, bool)
+            lightning = (
+                f"`Trainer(devices={devices!r})` value is not a valid input using cpu accelerator."
+                if zero
+                else "`devices` selected with `CPUAccelerator` should be an int > 0."
+            )
             raise ValueError(
-                f"devices={devices!r} is not valid for the 'cpu' accelerator: "
-                "use an int > 0 (the number of processes), a string of digits such as '1', or 'auto'"
+                f"{lightning} devices={devices!r}: use an int > 0 (the number of processes), a string of digits "
+                "such as '1', or 'auto'"
             )
         return list(range(count))
 

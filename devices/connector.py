@@ -157,7 +157,7 @@ def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
             raise ValueError(f"accelerator={value!r} was given, but its hardware is not available in this process")
         return value
     if not isinstance(value, str):
-        raise ValueError(f"accelerator={value!r} is not valid; use {_ALLOWED_ACCELERATORS}")
+        raise ValueError(f"{_invalid_accelerator(value)}; use {_ALLOWED_ACCELERATORS}")
     name = value.strip().lower()
     name = _ACCELERATOR_ALIASES.get(name, name)
     if name == "auto":
@@ -166,7 +166,7 @@ def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
     if name in _ACCELERATORS_NOT_YET:
         raise ValueError(f"accelerator={value!r} is recognised but not supported yet; use {_ALLOWED_ACCELERATORS}")
     if name not in _ACCELERATORS:
-        raise ValueError(f"accelerator={value!r} is not valid; use {_ALLOWED_ACCELERATORS}")
+        raise ValueError(f"{_invalid_accelerator(value)}; use {_ALLOWED_ACCELERATORS}")
     kind = _ACCELERATORS[name]
     if not kind.is_available():
         raise ValueError(
@@ -174,6 +174,17 @@ def _resolve_accelerator(value: str | Accelerator) -> Accelerator:
             "(torch.cuda.is_available() is False); use accelerator='cpu' or 'auto'"
         )
     return kind()
+
+
+def _invalid_accelerator(value: Any) -> str:
+    return f"You selected an invalid accelerator name: `accelerator={value!r}`. Available names are: auto, cpu, cuda"
+
+
+def _invalid_strategy(value: Any) -> str:
+    return (
+        f"You selected an invalid strategy name: `strategy={value!r}`. It must be either a string or an instance of "
+        "`statemachine.strategies.Strategy`"
+    )
 
 
 def _resolve_strategy(value: Any) -> ParallelStrategy | None:
@@ -184,7 +195,7 @@ def _resolve_strategy(value: Any) -> ParallelStrategy | None:
         return None  # one process, on the device it names
     allowed = f"use one of {list(_STRATEGIES)} or a DDPStrategy, FSDPStrategy or ModelParallelStrategy instance"
     if not isinstance(value, str):
-        raise ValueError(f"strategy={value!r} is not valid; {allowed}")
+        raise ValueError(f"{_invalid_strategy(value)}; {allowed}")
     name = value.strip().lower()
     if name in ("auto", "single_device"):
         return None
@@ -199,9 +210,11 @@ def _resolve_strategy(value: Any) -> ParallelStrategy | None:
         return FSDPStrategy(cpu_offload=name == "fsdp_cpu_offload")
     if name.startswith(_UNSUPPORTED_PREFIXES):
         raise ValueError(f"strategy={value!r} is a Lightning strategy this project does not support; {allowed}")
-    raise ValueError(f"strategy={value!r} is not a known strategy; {allowed}")
+    raise ValueError(f"{_invalid_strategy(value)}; {allowed}")
 
 
 def _check_num_nodes(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"num_nodes={value!r} is not valid; use an int >= 1")
+        raise ValueError(
+            f"`num_nodes` must be a positive integer, but got {value!r}. num_nodes={value!r}: use an int >= 1"
+        )

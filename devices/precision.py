@@ -253,7 +253,10 @@ def canonical_precision(value: Any) -> str:
         raise ValueError(f"precision={value!r} (NVIDIA Transformer Engine) is not supported; use one of: {_ALLOWED}")
     canonical = _LIGHTNING_PRECISIONS.get(value) if valid_type else None
     if canonical is None:
-        raise ValueError(f"precision={value!r} is not a known precision; use one of: {_ALLOWED}")
+        raise ValueError(
+            f"Precision {value!r} is invalid. Allowed precision values: {_ALLOWED} "
+            f"(precision={value!r}: use one of them)"
+        )
     return canonical
 
 

@@ -49,7 +49,9 @@ def request(trainer: TrainerView, kind: str) -> Any:
     if given is None:
         hook = f"{kind}_dataloader"
         hooks = run_of(trainer).hooks
+        owner = trainer.datamodule if trainer.datamodule is not None else trainer.lightning_module
         given = hooks.datamodule(hook) if trainer.datamodule is not None else hooks.module(hook)
+        check_returned(type(owner).__name__, hook, given)
     seed.add_worker_seeding(given, trainer.global_rank)
     if trainer.use_distributed_sampler and trainer.strategy.is_distributed:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
@@ -66,6 +68,30 @@ def check_argument(method: str, name: str, value: Any) -> None:
     """
     if value is None or isinstance(value, LightningDataModule):
         return
+    bad = _first_bad_member(name, value)
+    if bad is not None:
+        shown, member = bad
+        raise TypeError(
+            f"An invalid dataloader was passed to `Trainer.{method}({name}=...)`. Found {member}. "
+            f"{method}({shown}={member!r}) is not a dataloader ({_why(member)}); pass a torch.utils.data.DataLoader "
+            "or another iterable of batches, a list, tuple or dict of them, or a LightningDataModule"
+        )
+
+
+def check_returned(owner: str, hook: str, value: Any) -> None:
+    """Refuse what a `*_dataloader` hook returned when it is not a loader (None included) or holds a non-loader."""
+    bad = ("", None) if value is None else _first_bad_member("", value)
+    if bad is not None:
+        shown, member = bad
+        inside = f" ({hook}(){shown} is {member!r})" if shown else ""
+        raise TypeError(
+            f"An invalid dataloader was returned from `{owner}.{hook}()`. Found {value}.{inside} Return a "
+            "torch.utils.data.DataLoader or another iterable of batches, or a list, tuple or dict of them"
+        )
+
+
+def _first_bad_member(name: str, value: Any) -> tuple[str, Any] | None:
+    """The first member (named as `name[key]`) of a loader collection that is not a loader."""
     if isinstance(value, Mapping):
         members: list[tuple[str, Any]] = [(f"{name}[{key!r}]", member) for key, member in value.items()]
     elif isinstance(value, list | tuple):
@@ -74,12 +100,13 @@ def check_argument(method: str, name: str, value: Any) -> None:
         members = [(name, value)]
     for shown, member in members:
         if isinstance(member, str | bytes) or not _iterable(member):
-            why = "a path or text is not loaded for you" if isinstance(member, str | bytes) else "it is not iterable"
-            raise TypeError(
-                f"Trainer.{method}({shown}={member!r}) is not a dataloader ({type(member).__name__}: {why}); pass a "
-                "torch.utils.data.DataLoader or another iterable of batches, a list, tuple or dict of them, or a "
-                "LightningDataModule"
-            )
+            return shown, member
+    return None
+
+
+def _why(member: Any) -> str:
+    why = "a path or text is not loaded for you" if isinstance(member, str | bytes) else "it is not iterable"
+    return f"{type(member).__name__}: {why}"
 
 
 def _iterable(value: Any) -> bool:

@@ -36,16 +36,28 @@ class LightningDataModule(HyperparametersMixin):
         """Release what setup built (override it)."""
 
     def train_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.train_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`train_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def val_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.val_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`val_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def test_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.test_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`test_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def predict_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.predict_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`predict_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
         return self.trainer.strategy.batch_to_device(batch, device)

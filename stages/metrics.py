@@ -8,6 +8,7 @@ settings are resolved once, when the name is first logged in a stage.
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor
 
 from stages.contract import run_of
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 
 if TYPE_CHECKING:
     from stages.contract import TrainerView
@@ -85,7 +86,10 @@ def _flags(fx: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, 
             )
         defaults = (False, True)
     else:
-        raise MisconfigurationException(f"self.log is not allowed in {fx}; log from a step or epoch hook")
+        raise MisconfigurationException(
+            f"You can't `self.log()` inside `{fx}`. HINT: You can still log directly to the logger by using "
+            "`self.logger.experiment`. (self.log works in the step and epoch hooks)"
+        )
     step = defaults[0] if on_step is None else on_step
     epoch = defaults[1] if on_epoch is None else on_epoch
     return step, epoch
@@ -97,22 +101,44 @@ def _reduction(reduce_fx: Any) -> str:
     if reduce_fx in _TORCH_REDUCTIONS:
         return _TORCH_REDUCTIONS[reduce_fx]
     raise MisconfigurationException(
-        f"reduce_fx={reduce_fx!r} must be 'mean', 'sum', 'max', 'min' or the torch function"
+        "Only `self.log(..., reduce_fx={min,max,mean,sum})` are supported. If you need a custom reduction, please "
+        f"log a `torchmetrics.Metric` instance instead. Found: {reduce_fx}"
     )
 
 
-def _as_tensor(name: str, value: Any, keep_graph: bool) -> Tensor:
+def _as_tensor(fx: str, name: str, value: Any, keep_graph: bool, warned: set[tuple[str, str]]) -> Tensor:
     if isinstance(value, Tensor):
         if value.ndim:
             if value.numel() != 1:
-                raise LogValueError(f"self.log({name!r}) needs a scalar; got a tensor of shape {tuple(value.shape)}")
+                raise LogValueError(
+                    f"`self.log({name}, {value})` was called, but the tensor must have a single element. You can try "
+                    f"doing `self.log({name}, {value}.mean())` (its shape is {tuple(value.shape)})"
+                )
             value = value.reshape(())
         if not keep_graph:
             value = value.detach()
-        return value if value.is_floating_point() else value.float()
-    if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
+        return value if value.is_floating_point() else _to_float(fx, name, value, warned)
+    if isinstance(value, numbers.Number) and not isinstance(value, complex):
         return torch.tensor(float(cast(SupportsFloat, value)))  # numbers.Number declares no __float__; these have it
-    raise LogValueError(f"self.log({name!r}) got {type(value).__name__}; log a number or a scalar tensor")
+    raise LogValueError(
+        f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged; log a number "
+        "or a tensor of one element"
+    )
+
+
+def _to_float(fx: str, name: str, value: Tensor, warned: set[tuple[str, str]]) -> Tensor:
+    """An integer or bool tensor is reduced as float32; said once per trainer, name and hook, as Lightning says it."""
+    if (fx, name) not in warned:
+        warned.add((fx, name))
+        warnings.warn(
+            f"You called `self.log({name!r}, ...)` in your `{fx}` but the value needs to be floating to be reduced. "
+            "Converting it to torch.float32. You can silence this warning by converting the value to floating point "
+            "yourself. If you don't intend to reduce the value (for instance when logging the global step or epoch) "
+            f"then you can use `self.logger.log_metrics({{{name!r}: ...}})` instead.",
+            TrainerWarning,
+            stacklevel=4,
+        )
+    return value.float()
 
 
 def _is_torchmetric(value: Any) -> bool:
@@ -213,6 +239,7 @@ class MetricsCollector:
         self._progress: dict[str, Tensor] = {}  # tensors until read: reading syncs the device
         self._bucket_by_state: dict[str, dict[str, _Entry] | None] = {}
         self._syncing = False  # some value is logged with sync_dist in a multi-process run
+        self._warned_not_floating: set[tuple[str, str]] = set()
         self.current_batch: Any = None
         self.dataloader_idx = 0
         self.num_dataloaders = 1
@@ -293,7 +320,10 @@ class MetricsCollector:
             raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
         step, epoch = _flags(fx, on_step, on_epoch)
         metric = None if isinstance(value, Tensor) or not _is_torchmetric(value) else value
-        tensor = _metric_step_value(value) if metric is not None else _as_tensor(name, value, enable_graph)
+        if metric is not None:
+            tensor = _metric_step_value(value)
+        else:
+            tensor = _as_tensor(fx, name, value, enable_graph, self._warned_not_floating)
         if add_dataloader_idx and self.num_dataloaders > 1 and fx not in _STEP_HOOKS:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         entry = bucket.get(name)

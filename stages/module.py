@@ -351,16 +351,28 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         """Release what setup built (override it)."""
 
     def train_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.train_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`train_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def val_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.val_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`val_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def test_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.test_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`test_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def predict_dataloader(self) -> Any:
-        raise MisconfigurationException(f"{type(self).__name__}.predict_dataloader() is not implemented")
+        raise MisconfigurationException(
+            f"`predict_dataloader` must be implemented to be used with the Lightning Trainer "
+            f"({type(self).__name__} does not implement it)"
+        )
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         return batch

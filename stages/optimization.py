@@ -43,6 +43,26 @@ class LRSchedulerConfig:
     strict: bool = True
 
 
+class MultipleOptimizersError(MisconfigurationException, RuntimeError):
+    """Several optimizers under automatic optimization (a RuntimeError, as in Lightning)."""
+
+
+_UNKNOWN_CONFIGURATION = (
+    "Unknown configuration for model optimizers. Output from `model.configure_optimizers()` should be one of:\n"
+    " * `Optimizer`\n"
+    " * [`Optimizer`]\n"
+    " * ([`Optimizer`], [`LRScheduler`])\n"
+    ' * {"optimizer": `Optimizer`, (optional) "lr_scheduler": `LRScheduler`}\n'
+)
+
+
+def _unknown_configuration(detail: str) -> MisconfigurationException:
+    return MisconfigurationException(f"{_UNKNOWN_CONFIGURATION}Got {detail}.")
+
+
+_TORCH_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
 def _is_plateau(scheduler: Any) -> bool:
     return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
@@ -51,46 +71,63 @@ def _scheduler_config(item: Any, monitor: str | None = None) -> LRSchedulerConfi
     if not isinstance(item, Mapping):
         if _is_plateau(item) and monitor is None:
             raise MisconfigurationException(
-                "ReduceLROnPlateau needs a metric: return {'optimizer': ..., 'lr_scheduler': ..., 'monitor': 'name'}"
+                "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used. "
+                'For example: {"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "metric_to_track"}'
             )
         return LRSchedulerConfig(scheduler=item, reduce_on_plateau=_is_plateau(item), monitor=monitor)
-    unknown = set(item) - _SCHEDULER_KEYS
-    if unknown or "scheduler" not in item:
+    item = _known_scheduler_keys(item)
+    if "scheduler" not in item:
         raise MisconfigurationException(
-            f"lr_scheduler config {dict(item)!r}: needs 'scheduler'; allowed keys are {sorted(_SCHEDULER_KEYS)}"
+            'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler'
         )
     interval = item.get("interval", "epoch")
     if interval not in ("step", "epoch"):
-        raise MisconfigurationException(f"lr_scheduler interval={interval!r} must be 'step' or 'epoch'")
+        raise MisconfigurationException(
+            f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "{interval}"'
+        )
     frequency = item.get("frequency", 1)
     if not isinstance(frequency, int) or frequency < 1:
         raise MisconfigurationException(f"lr_scheduler frequency={frequency!r} must be an int >= 1")
     plateau = item.get("reduce_on_plateau", _is_plateau(item["scheduler"]))
-    chosen_monitor = item.get("monitor", monitor)
-    if plateau and chosen_monitor is None:
-        raise MisconfigurationException("a ReduceLROnPlateau scheduler config needs 'monitor': the metric to watch")
+    if plateau and item.get("monitor") is None:
+        raise MisconfigurationException(
+            "The lr scheduler dict must include a monitor when a `ReduceLROnPlateau` scheduler is used. "
+            'For example: {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "your_loss"}}'
+        )
     return LRSchedulerConfig(
         scheduler=item["scheduler"],
         name=item.get("name"),
         interval=interval,
         frequency=frequency,
         reduce_on_plateau=plateau,
-        monitor=chosen_monitor,
+        monitor=item.get("monitor"),
         strict=item.get("strict", True),
     )
 
 
-def _from_dict(config: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
-    allowed = {"optimizer", "lr_scheduler", "monitor"}
-    if "optimizer" not in config or set(config) - allowed:
-        raise MisconfigurationException(
-            f"configure_optimizers returned {dict(config)!r}: a dict needs 'optimizer' and may have "
-            "'lr_scheduler' and 'monitor'"
+def _known_scheduler_keys(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The scheduler dict without the keys Lightning ignores (with its warning)."""
+    extra = set(item) - _SCHEDULER_KEYS
+    if extra:
+        warnings.warn(
+            f"Found unsupported keys in the lr scheduler dict: {extra}. HINT: remove them from the output of "
+            "`configure_optimizers`.",
+            RuntimeWarning,
+            stacklevel=2,
         )
+    return {key: value for key, value in item.items() if key in _SCHEDULER_KEYS}
+
+
+def _from_dict(config: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    extra = set(config) - {"optimizer", "lr_scheduler", "monitor"}
+    if extra:
+        warnings.warn(f"Found unsupported keys in the optimizer configuration: {extra}", RuntimeWarning, stacklevel=2)
+    if "optimizer" not in config:
+        raise _unknown_configuration(f"a dict without 'optimizer' (keys {sorted(config)})")
     schedulers = []
     if config.get("lr_scheduler") is not None:
         schedulers.append(_scheduler_config(config["lr_scheduler"], config.get("monitor")))
-    return [config["optimizer"]], schedulers
+    return _checked([config["optimizer"]]), schedulers
 
 
 def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
@@ -99,29 +136,51 @@ def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConf
         return [result], []
     if isinstance(result, Mapping):
         return _from_dict(result)
-    if isinstance(result, Sequence) and len(result) == 2 and all(isinstance(x, Sequence) for x in result):
-        optimizers, schedulers = list(result[0]), list(result[1])
-        return _checked(optimizers), [_scheduler_config(s) for s in schedulers]
-    if isinstance(result, Sequence) and all(isinstance(x, Mapping) for x in result):
+    if isinstance(result, str) or not isinstance(result, Sequence) or not result:
+        raise _unknown_configuration(repr(result) if isinstance(result, Sequence) else type(result).__name__)
+    if len(result) == 2 and isinstance(result[0], list) and all(isinstance(x, Optimizer) for x in result[0]):
+        schedulers = result[1] if isinstance(result[1], list) else [result[1]]
+        return list(result[0]), [_scheduler_config(s) for s in schedulers]
+    if all(isinstance(x, Mapping) for x in result):
         optimizers, configs = [], []
         for item in result:
             opts, scheds = _from_dict(item)
             optimizers += opts
             configs += scheds
         return optimizers, configs
-    if isinstance(result, Sequence):
-        return _checked(list(result)), []
-    raise MisconfigurationException(
-        f"configure_optimizers returned {type(result).__name__}; expected an optimizer, a list of optimizers, "
-        "([optimizers], [schedulers]), a dict with 'optimizer', or a list of such dicts"
-    )
+    return _checked(list(result)), []
 
 
 def _checked(optimizers: list[Any]) -> list[Optimizer]:
     bad = [type(o).__name__ for o in optimizers if not isinstance(o, Optimizer)]
     if bad:
-        raise MisconfigurationException(f"configure_optimizers returned non-optimizers: {bad}")
+        raise _unknown_configuration(f"non-optimizers: {bad}")
     return optimizers
+
+
+def _check_schedulers(optimizers: list[Optimizer], configs: list[LRSchedulerConfig], steps_itself: bool) -> None:
+    """Each scheduler is stateful, follows torch's API (unless the module steps schedulers itself) and drives a
+    returned optimizer."""
+    for config in configs:
+        scheduler = config.scheduler
+        name = type(scheduler).__name__
+        if not callable(getattr(scheduler, "state_dict", None)) or not callable(
+            getattr(scheduler, "load_state_dict", None)
+        ):
+            raise TypeError(
+                f"The provided lr scheduler `{name}` is invalid. It should have `state_dict` and `load_state_dict` "
+                "methods defined."
+            )
+        if not isinstance(scheduler, _TORCH_SCHEDULERS) and not steps_itself:
+            raise MisconfigurationException(
+                f"The provided lr scheduler `{name}` doesn't follow PyTorch's LRScheduler API. You should override "
+                "the `LightningModule.lr_scheduler_step` hook with your own logic if you are using a custom LR "
+                "scheduler."
+            )
+        if getattr(scheduler, "optimizer", None) not in optimizers:
+            raise MisconfigurationException(
+                "Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`."
+            )
 
 
 def _nothing() -> None:
@@ -209,10 +268,14 @@ class Optimization:
         else:
             optimizers, configs = parse_optimizers(returned)
         if module.automatic_optimization and len(optimizers) > 1:
-            raise MisconfigurationException(
-                f"configure_optimizers returned {len(optimizers)} optimizers; several optimizers need manual "
-                "optimization (set self.automatic_optimization = False)"
+            raise MultipleOptimizersError(
+                "Training with multiple optimizers is only supported with manual optimization. Set "
+                "`self.automatic_optimization = False`, then access your optimizers in `training_step` with "
+                f"`opt1, opt2, ... = self.optimizers()`. (configure_optimizers returned {len(optimizers)})"
             )
+        hooks = run_of(self.trainer).hooks
+        steps_itself = not module.automatic_optimization or hooks.module_overrides("lr_scheduler_step")
+        _check_schedulers(optimizers, configs, steps_itself)
         self.optimizers = optimizers
         self.lr_scheduler_configs = configs
         self.lightning_optimizers = [LightningOptimizer(o, self) for o in optimizers]

@@ -18,8 +18,10 @@ from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.contract import TrainerView, module_of
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.loop_rules import max_epochs_reached, max_steps_reached
+from stages.rank_zero import rank_zero_info
 from stages.resume import ResumePoint
 from statemachine import requeue
+from statemachine.engine.enums import TrainerFn
 
 if TYPE_CHECKING:
     from stages.hooks import HookRunner
@@ -117,38 +119,55 @@ def resolve_ckpt_path(run: Run, ckpt_path: str | None) -> str | None:
     if ckpt_path is None:
         ckpt_path = "best"
         warnings.warn(
-            f".{fn}(ckpt_path=None) was called without a model: the best checkpoint of the previous fit is used",
+            f"`.{fn}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will be "
+            f"used. You can pass `.{fn}(ckpt_path='best')` to use the best model or `.{fn}(ckpt_path='last')` to use "
+            "the last model. If you pass a value, this warning will be silenced.",
             TrainerWarning,
             stacklevel=2,
         )
     if ckpt_path == "best":
-        return _best_path(trainer, fn)
+        return _restoring(_best_path(trainer, fn))
     if ckpt_path == "last":
-        return _last_path(trainer, fn)
+        last = _last_path(trainer, fn)
+        return None if last is None else _restoring(last)
     if ckpt_path == "hpc":
-        return requeue.resume_path(trainer, fn)
+        return _restoring(requeue.resume_path(trainer, fn))
     if ckpt_path.startswith("registry"):
         raise ValueError(f".{fn}(ckpt_path={ckpt_path!r}): the model registry is not supported")
     if not ckpt_path:
-        raise ValueError(f".{fn}(ckpt_path='') is empty; give a path, 'best' or 'last'")
-    return ckpt_path
+        raise ValueError(
+            f"`.{fn}()` found no path for the best weights: {ckpt_path!r}. Please specify a path for a checkpoint "
+            f"`.{fn}(ckpt_path=PATH)`"
+        )
+    return _restoring(ckpt_path)
+
+
+def _restoring(path: str) -> str:
+    rank_zero_info(f"Restoring states from the checkpoint path at {path}")
+    return path
 
 
 def _best_path(trainer: TrainerView, fn: str) -> str:
     callbacks = trainer.checkpoint_callbacks
     if not callbacks:
-        raise ValueError(f'.{fn}(ckpt_path="best") is set but no ModelCheckpoint is configured')
+        raise ValueError(f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured.')
     if len(callbacks) > 1:
         warnings.warn(
-            f'.{fn}(ckpt_path="best") uses the first of {len(callbacks)} checkpoint callbacks',
+            f'`.{fn}(ckpt_path="best")` is called with Trainer configured with multiple `ModelCheckpoint` callbacks. '
+            "It will use the best checkpoint path from first checkpoint callback.",
             TrainerWarning,
             stacklevel=3,
         )
     best = getattr(callbacks[0], "best_model_path", "")
     if not best:
         if trainer.fast_dev_run:
-            raise ValueError(f'.{fn}(ckpt_path="best") cannot be used with fast_dev_run, which saves no checkpoint')
-        raise ValueError(f'.{fn}(ckpt_path="best") is set but the ModelCheckpoint has not saved a best model')
+            raise ValueError(
+                f'You cannot execute `.{fn}(ckpt_path="best")` with `fast_dev_run=True`. Please pass an exact '
+                f"checkpoint path to `.{fn}(ckpt_path=...)`"
+            )
+        raise ValueError(
+            f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured to save the best model.'
+        )
     return best
 
 
@@ -167,7 +186,8 @@ def _last_path(trainer: TrainerView, fn: str) -> str | None:
                 candidates.append((fs.modified(path).timestamp(), shown))
     if not candidates:
         warnings.warn(
-            f'.{fn}(ckpt_path="last") found no last checkpoint; starting from the current weights',
+            f'.{fn}(ckpt_path="last") is set, but there is no last checkpoint available. No checkpoint will be '
+            "loaded. HINT: Set `ModelCheckpoint(..., save_last=True)`.",
             TrainerWarning,
             stacklevel=3,
         )
@@ -199,6 +219,8 @@ def restore_model_and_callbacks(run: Run, checkpoint: dict[str, Any], path: str)
         warnings.warn(
             f"{path} holds state for callbacks that are not in this run: {sorted(saved)}", TrainerWarning, stacklevel=2
         )
+    if run.fn != TrainerFn.FITTING:  # a fit has restored everything once its training state is back
+        rank_zero_info(f"Loaded model weights from the checkpoint at {path}")
 
 
 def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> None:
@@ -218,6 +240,7 @@ def restore_training_state(run: Run, checkpoint: dict[str, Any], path: str) -> N
             "to continue training"
         )
     restore_precision_and_optimizers(run, checkpoint)
+    rank_zero_info(f"Restored all states from the checkpoint at {path}")
 
 
 def restore_precision_and_optimizers(run: Run, checkpoint: dict[str, Any]) -> None:

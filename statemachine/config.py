@@ -13,26 +13,46 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from stages.callbacks.timer import parse_duration
 from stages.exceptions import MisconfigurationException
 
 _TIME = (str, datetime.timedelta, dict)
 
 
-class InvalidTrainerArguments(MisconfigurationException, ValueError):
-    """Raised by `Trainer(...)` with every bad field listed."""
+class InvalidTrainerArguments(MisconfigurationException, ValueError, TypeError):
+    """Raised by `Trainer(...)` with every bad field listed.
+
+    One error reports every bad field, so it is each class Lightning raises for one of them: its
+    MisconfigurationException, and ValueError or TypeError where Lightning raises those.
+    """
 
 
 def _limit(name: str, value: Any) -> int | float:
     """Lightning's limit rule: None -> 1.0, [0, 1] kept as given, whole numbers > 1 -> int."""
     if value is None:
         return 1.0
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name}={value!r} must be an int >= 0 or a float in [0.0, 1.0]")
-    if 0 <= value <= 1:
-        return value
-    if value > 1 and float(value).is_integer():
-        return int(value)
-    raise ValueError(f"{name}={value!r} must be an int >= 0 or a float in [0.0, 1.0]")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if 0 <= value <= 1:
+            return value
+        if value > 1 and float(value).is_integer():
+            return int(value)
+    raise ValueError(_invalid_limit(name, value))
+
+
+def _invalid_limit(name: str, value: Any) -> str:
+    return (
+        f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int. "
+        f"(got {value!r}: give an int >= 0 or a float in [0.0, 1.0])"
+    )
+
+
+def _duration(value: Any, message: str) -> Any:
+    """A duration flag checked now, so a bad one is refused with the other fields."""
+    try:
+        parse_duration(value)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{message} ({error})") from None
+    return value
 
 
 class TrainerConfig(BaseModel):
@@ -64,7 +84,7 @@ class TrainerConfig(BaseModel):
     enable_progress_bar: bool | None = None
     enable_model_summary: bool | None = None
     accumulate_grad_batches: int = 1
-    gradient_clip_val: int | float | None = None
+    gradient_clip_val: Any = None
     gradient_clip_algorithm: str | None = None
     deterministic: bool | str | None = None
     benchmark: bool | None = None
@@ -75,7 +95,7 @@ class TrainerConfig(BaseModel):
     barebones: bool = False
     plugins: Any = None
     sync_batchnorm: bool = False
-    reload_dataloaders_every_n_epochs: int = 0
+    reload_dataloaders_every_n_epochs: Any = 0
     default_root_dir: str | os.PathLike[str] | None = None
     enable_autolog_hparams: bool = True
     model_registry: str | None = None
@@ -94,21 +114,23 @@ class TrainerConfig(BaseModel):
     @classmethod
     def _fast_dev_run(cls, value: int | bool) -> int | bool:
         if value < 0:
-            raise ValueError(f"fast_dev_run={value!r} must be a bool or an int >= 0")
+            raise ValueError(f"fast_dev_run={value!r} is not a valid configuration. It should be >= 0.")
         return True if value is not True and value == 1 else value
 
     @field_validator("max_epochs")
     @classmethod
     def _max_epochs(cls, value: int | None) -> int | None:
         if value is not None and value < -1:
-            raise ValueError(f"max_epochs={value!r} must be None, -1 (unlimited) or >= 0")
+            raise ValueError(f"`max_epochs` must be a non-negative integer or -1. You passed in {value}.")
         return value
 
     @field_validator("max_steps")
     @classmethod
     def _max_steps(cls, value: int) -> int:
         if value < -1:
-            raise ValueError(f"max_steps={value!r} must be -1 (unlimited) or >= 0")
+            raise ValueError(
+                f"`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in {value}."
+            )
         return value
 
     @field_validator("min_epochs", "min_steps")
@@ -121,21 +143,38 @@ class TrainerConfig(BaseModel):
     @field_validator("val_check_interval")
     @classmethod
     def _val_check_interval(cls, value: Any) -> Any:
-        if value is None or isinstance(value, _TIME):
+        if value is None:
             return value
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError(
-                f"val_check_interval={value!r} must be a float in (0.0, 1.0], an int > 0, or a duration "
-                "('DD:HH:MM:SS', timedelta or dict)"
+        if isinstance(value, _TIME):
+            return _duration(
+                value,
+                f"Invalid time format for `val_check_interval`: {value!r}. Expected 'DD:HH:MM:SS' "
+                "(or a datetime.timedelta, or a dict of timedelta's arguments).",
             )
-        if isinstance(value, float) and value > 1.0:
-            raise ValueError(f"val_check_interval={value!r}: a float must be in (0.0, 1.0]; use an int for batches")
+        if value == 0 and not isinstance(value, bool):
+            raise ValueError(
+                f"val_check_interval={value!r} would never validate; give a float in (0.0, 1.0] or an int > 0"
+            )
+        limit = _limit("val_check_interval", value)
+        if isinstance(limit, float) and limit > 1.0:
+            raise ValueError(_invalid_limit("val_check_interval", value))
         return value
+
+    @field_validator("max_time")
+    @classmethod
+    def _max_time(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        return _duration(
+            value, f"`Timer(duration={value!r})` is not a valid duration. Expected a string in the format DD:HH:MM:SS."
+        )
 
     @field_validator("check_val_every_n_epoch")
     @classmethod
     def _check_val_every_n_epoch(cls, value: Any) -> int | None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"`check_val_every_n_epoch` should be an integer, found {value!r}.")
+        if value is not None and value < 1:
             raise ValueError(f"check_val_every_n_epoch={value!r} must be an int >= 1 or None")
         return value
 
@@ -155,9 +194,16 @@ class TrainerConfig(BaseModel):
 
     @field_validator("reload_dataloaders_every_n_epochs")
     @classmethod
-    def _reload(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"reload_dataloaders_every_n_epochs={value!r} must be >= 0")
+    def _reload(cls, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {value}.")
+        return value
+
+    @field_validator("gradient_clip_val")
+    @classmethod
+    def _clip_val(cls, value: Any) -> int | float | None:
+        if value is not None and not isinstance(value, int | float):
+            raise ValueError(f"`gradient_clip_val` should be an int or a float. Got {value}.")
         return value
 
     @field_validator("accumulate_grad_batches")
@@ -171,7 +217,7 @@ class TrainerConfig(BaseModel):
     @classmethod
     def _clip_algorithm(cls, value: str | None) -> str | None:
         if value is not None and value.lower() not in ("norm", "value"):
-            raise ValueError(f"gradient_clip_algorithm={value!r} must be 'norm' or 'value'")
+            raise ValueError(f"`gradient_clip_algorithm` {value} is invalid. Allowed algorithms: ['value', 'norm'].")
         return None if value is None else value.lower()
 
     @field_validator("deterministic")
@@ -190,6 +236,11 @@ class TrainerConfig(BaseModel):
             return value
         if isinstance(value, str) and value.lower() in PROFILERS:
             return value
+        if isinstance(value, str):
+            raise ValueError(
+                f"profiler={value!r}: When passing string value for the `profiler` parameter of `Trainer`, it can "
+                f"only be one of {list(PROFILERS)}"
+            )
         raise ValueError(f"profiler={value!r} must be None, a Profiler instance or one of {list(PROFILERS)}")
 
     @field_validator("model_registry")
@@ -203,8 +254,8 @@ class TrainerConfig(BaseModel):
     def _combinations(self) -> TrainerConfig:
         if self.check_val_every_n_epoch is None and isinstance(self.val_check_interval, float):
             raise ValueError(
-                f"val_check_interval={self.val_check_interval!r} (a float) needs check_val_every_n_epoch; "
-                "with check_val_every_n_epoch=None give an int number of batches"
+                "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+                "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`."
             )
         if self.barebones:
             self._check_barebones()

@@ -71,8 +71,8 @@ def resume_path(trainer: TrainerView, fn: str) -> str:
     found = newest_hpc_checkpoint(trainer.default_root_dir)
     if found is None:
         raise ValueError(
-            f'.{fn}(ckpt_path="hpc") is set but no hpc_ckpt_<n>.ckpt was found in {trainer.default_root_dir!r}; '
-            "pass the checkpoint's path instead"
+            f'`.{fn}(ckpt_path="hpc")` is set but no HPC checkpoint was found: no hpc_ckpt_<n>.ckpt in '
+            f"{trainer.default_root_dir!r}. Please pass an exact checkpoint path to `.{fn}(ckpt_path=...)`"
         )
     return found
 

@@ -394,8 +394,9 @@ class Trainer:
     def _model_for(self, trigger: str, model: LightningModule | None) -> LightningModule:
         if model is None:
             if self._model is None:
-                raise MisconfigurationException(
-                    f"Trainer.{trigger} needs a model: pass one, or call it after fit so the fitted one is used"
+                raise TypeError(
+                    f"`Trainer.{trigger}()` requires a `LightningModule` when it hasn't been passed in a previous run: "
+                    "pass one, or call it after fit so the fitted one is used"
                 )
             return self._model
         _check_model(model, trigger)
@@ -743,7 +744,10 @@ class Trainer:
         from statemachine import checkpoint
 
         if self._model is None:
-            raise AttributeError("Trainer.save_checkpoint needs a model: call it during or after fit/validate/test")
+            raise AttributeError(
+                "Saving a checkpoint is only possible if a model is attached to the Trainer. Did you call "
+                "`Trainer.save_checkpoint()` before calling `Trainer.{fit,validate,test,predict}`?"
+            )
         content = checkpoint.dump(self, self._hooks, self._optimization, weights_only=bool(weights_only))
         self.strategy.save_checkpoint(content, os.fspath(filepath), storage_options=storage_options)
         self.strategy.barrier("save_checkpoint")
@@ -807,7 +811,7 @@ def _add_progress_bar(callbacks: list[Callback], enabled: bool) -> None:
 
 def _check_model(model: Any, trigger: str) -> None:
     if not isinstance(model, LightningModule):
-        raise TypeError(f"Trainer.{trigger} needs a LightningModule; got {type(model).__name__}")
+        raise TypeError(f"`model` must be a `LightningModule`, got `{type(model).__name__}` (in Trainer.{trigger})")
 
 
 def _check_data_arguments(trigger: str, datamodule: Any, **loaders: Any) -> None:

@@ -4,6 +4,7 @@ not dataloaders, an empty training loader, a loss that is no longer finite, a Na
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,10 @@ def test_an_argument_that_is_not_a_dataloader_is_refused_naming_it(
 ) -> None:
     trainer = quiet_trainer(tmp_path)
     model = TinyModel()
-    with pytest.raises(TypeError, match=rf"Trainer\.{call}\({argument}={value!r}\) is not a dataloader") as raised:
+    lightning = f"An invalid dataloader was passed to `Trainer.{call}({argument}=...)`. Found {value}."
+    with pytest.raises(TypeError, match=re.escape(lightning)) as raised:
         getattr(trainer, call)(model, **{argument: value})
+    assert f"{argument}={value!r}) is not a dataloader" in str(raised.value)  # names the value
     assert "DataLoader" in str(raised.value)  # says what is accepted
     assert trainer.state.status == "initializing"  # refused before anything ran
 

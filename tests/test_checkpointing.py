@@ -154,7 +154,7 @@ def test_ckpt_path_best_and_last(tmp_path: Any) -> None:
 def test_best_without_checkpoint_callback_is_a_clear_error(tmp_path: Any) -> None:
     trainer = quiet_trainer(tmp_path, limit_train_batches=1)
     trainer.fit(TinyModel(), make_loader())
-    with pytest.raises(ValueError, match="no ModelCheckpoint is configured"):
+    with pytest.raises(ValueError, match="`ModelCheckpoint` is not configured."):
         trainer.test(dataloaders=make_loader(), ckpt_path="best")
 
 

@@ -46,6 +46,7 @@ class AdvancedProfiler(Profiler):
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
+        self.profiled_actions.clear()
         if self._timeline is not None:
             self._timeline.start_run()
 
@@ -74,7 +75,7 @@ class AdvancedProfiler(Profiler):
         for action_name, profiler in self.profiled_actions.items():
             stream = io.StringIO()
             stats = pstats.Stats(profiler, stream=stream)
-            if self.dump_stats:
+            if self.dump_stats and self._stage is not None:  # a run in progress: not a re-read of its report
                 name = self._prepare_filename(action_name=_safe(action_name), extension=".prof")
                 write_atomic(self._output_path(name), marshal.dumps(stats.stats))  # type: ignore[attr-defined]  # typeshed omits Stats.stats; dump_stats writes it
             stats.strip_dirs().sort_stats("cumulative").print_stats(self.line_count_restriction)
@@ -85,7 +86,6 @@ class AdvancedProfiler(Profiler):
         for _, profiler, _ in reversed(self._running):
             profiler.disable()
         self._running.clear()
-        self.profiled_actions.clear()
         if self._timeline is not None and self._stage is not None:
             self._write_trace(self._timeline.to_json(type(self).__name__), ".trace.json")
             self._timeline.spans = []

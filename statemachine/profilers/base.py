@@ -25,6 +25,7 @@ class Profiler(ABC):
         self.dirpath = None if dirpath is None else os.fspath(dirpath)
         self.filename = filename
         self._stage: str | None = None
+        self._reported_stage: str | None = None  # the run `summary` reports on, kept after it ends
         self._local_rank: int | None = None
         self._lightning_module: Any = None
         self._trace_files: list[str] = []
@@ -51,12 +52,12 @@ class Profiler(ABC):
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         """Called when a run starts: which entry point it is, and where reports go unless `dirpath` was given."""
-        self._stage = stage
+        self._stage = self._reported_stage = stage
         self._local_rank = local_rank
         self.dirpath = self.dirpath or log_dir
 
     def describe(self) -> None:
-        """Report this run, then forget it: the next run's report starts from zero."""
+        """Report this run; `summary()` still returns it until the next run starts from zero."""
         summary = self.summary()
         if summary:
             if self.filename and self.dirpath:
@@ -98,7 +99,7 @@ class Profiler(ABC):
         return join_path(self.dirpath or os.getcwd(), name)
 
     def _title(self) -> str:
-        return f"{(self._stage or '').upper()} Profiler Report".strip()
+        return f"{(self._reported_stage or '').upper()} Profiler Report".strip()
 
 
 class PassThroughProfiler(Profiler):

@@ -39,6 +39,7 @@ class SimpleProfiler(Profiler):
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
+        self.recorded_durations.clear()
         self.start_time = time.perf_counter()
         if self._timeline is not None:
             self._timeline.start_run()
@@ -101,7 +102,6 @@ class SimpleProfiler(Profiler):
             self._timeline.spans = []
         super().teardown(stage)
         self.current_actions.clear()
-        self.recorded_durations.clear()
 
     def _why_no_trace_files(self) -> str:
         return why_no_timeline(type(self).__name__, self._timeline)
