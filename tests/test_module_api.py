@@ -137,4 +137,8 @@ def test_early_stopping_ends_fit_when_the_metric_stops_improving(tmp_path: Any) 
     assert trainer.current_epoch == 3  # best at epoch 0, two epochs without improvement, then stop
     assert stopper.stopped_epoch == 2 and trainer.should_stop
     stop = trainer.history[-1]
-    assert (stop.trigger, stop.dest, stop.guards[0].reason) == ("epoch_boundary", "finished", "`trainer.should_stop` was set")
+    assert (stop.trigger, stop.dest, stop.guards[0].reason) == (
+        "epoch_boundary",
+        "finished",
+        "`trainer.should_stop` was set",
+    )
