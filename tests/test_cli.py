@@ -223,11 +223,11 @@ def test_trainer_defaults_and_config_file_overwrite_refusal(tmp_path: Path) -> N
     assert any(isinstance(c, SaveConfigCallback) for c in cli.trainer.callbacks)
     assert isinstance(cli.trainer.logger, L.CSVLogger)
     assert Path(tmp_path, "lightning_logs", "version_0", "config.yaml").is_file()
-    # the same log directory again: the logger warns that it replaces the metrics, the config is refused
-    with pytest.warns(UserWarning, match="metrics.csv already exists"):
+    # the same log directory again: the logger warns that it is not empty, the config is refused
+    with pytest.warns(UserWarning, match="exists and is not empty"):
         with pytest.raises(RuntimeError, match="config.yaml to not exist"):
             LightningCLI(TinyModel, TinyData, args=args, trainer_defaults=defaults)
-    with pytest.warns(UserWarning, match="metrics.csv already exists"):
+    with pytest.warns(UserWarning, match="exists and is not empty"):
         LightningCLI(TinyModel, TinyData, args=args, trainer_defaults=defaults, save_config_kwargs={"overwrite": True})
 
 

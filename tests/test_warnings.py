@@ -12,9 +12,18 @@ from conftest import REPO
 import statemachine as L
 from devices.warning_types import DeviceWarning
 from stages.exceptions import TrainerWarning
+from stages.saving import MissingHparamsFileWarning
 
 # Categories a project warning may carry: its own, or one that is not a UserWarning (e.g. RuntimeWarning).
-ALLOWED = {"TrainerWarning", "PossibleUserWarning", "DeviceWarning", "RuntimeWarning", "DeprecationWarning"}
+# MissingHparamsFileWarning is a TrainerWarning (and a RuntimeWarning, as Lightning's warning there is).
+ALLOWED = {
+    "TrainerWarning",
+    "PossibleUserWarning",
+    "DeviceWarning",
+    "RuntimeWarning",
+    "DeprecationWarning",
+    "MissingHparamsFileWarning",
+}
 
 
 def _warn_calls(path: Path) -> list[tuple[int, str | None]]:
@@ -47,6 +56,9 @@ def test_every_project_warning_is_a_trainer_warning() -> None:
 def test_the_project_categories_are_user_warnings_as_in_lightning() -> None:
     assert issubclass(L.PossibleUserWarning, TrainerWarning) and issubclass(TrainerWarning, UserWarning)
     assert issubclass(DeviceWarning, UserWarning)
+    assert issubclass(MissingHparamsFileWarning, TrainerWarning) and issubclass(
+        MissingHparamsFileWarning, RuntimeWarning
+    )
 
 
 def test_suite_errors_on_project_warnings_only() -> None:
