@@ -221,7 +221,7 @@ def test_labels_carry_trigger_guard_and_wrapped_callbacks() -> None:
     stop = next(attrs for tail, head, attrs in edges(source) if (tail, head) == ("fitting.between_epochs", "finished"))
     assert "<b>epoch_boundary</b> [fit_done ∃]" in stop
     assert "<i>end_training + fit teardown chain:</i>" in stop
-    assert "/ end_training,<br/>teardown_internals,<br/>call_on_fit_end," in stop
+    assert "/ end_training,<br/>say_why_fit_stopped,<br/>teardown_internals,<br/>call_on_fit_end," in stop
 
 
 def test_edges_between_the_same_states_share_one_label() -> None:

@@ -363,7 +363,7 @@ _TEARDOWN_CHAIN = (
     "describe_profiler",
 )
 # fit's end: the same teardown, with on_fit_end between the internals' teardown and the teardown hooks
-_FIT_END_CHAIN = (_TEARDOWN_CHAIN[0], "call_on_fit_end", *_TEARDOWN_CHAIN[1:])
+_FIT_END_CHAIN = ("say_why_fit_stopped", _TEARDOWN_CHAIN[0], "call_on_fit_end", *_TEARDOWN_CHAIN[1:])
 _INTERRUPT_CHAIN = (
     "ignore_sigint",
     "notify_peers",
@@ -480,7 +480,7 @@ _TRANSITIONS = (
         source="fitting.train_setup",
         dest="finished",
         guard="fit_done",
-        before=("say_why_fit_stopped", *_FIT_END_CHAIN),
+        before=_FIT_END_CHAIN,
     ),
     TransitionSpec(
         trigger="train_ready",
@@ -502,7 +502,7 @@ _TRANSITIONS = (
         source="fitting.between_epochs",
         dest="finished",
         guard="fit_done",
-        before=("say_why_fit_stopped", "end_training", *_FIT_END_CHAIN),
+        before=("end_training", *_FIT_END_CHAIN),
     ),
     TransitionSpec(
         trigger="epoch_boundary", source="fitting.between_epochs", dest="fitting.training", guard="not fit_done"
