@@ -173,7 +173,8 @@ def start_training(run: Run) -> None:
 
 
 def say_why_fit_stopped(run: Run) -> None:
-    """Lightning's one line on why fit ends; a stop the user asked for is only a debug line. A rank whose own limits do not hold stops because another rank's did, and says nothing."""
+    """Lightning's one line on why fit ends; a stop the user asked for is only a debug line. A rank whose own
+    limits do not hold stops because another rank's did, and says nothing."""
     reason = fit_done(run)
     if reason is None:
         return
