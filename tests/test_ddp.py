@@ -401,7 +401,7 @@ def test_slurm_requeue_signal_saves_an_hpc_checkpoint_requeues_and_the_next_run_
     root = tmp_path / "run"
 
     first = _trainer(root, max_epochs=1, enable_checkpointing=False)
-    with pytest.raises(ValueError, match=r'ckpt_path="hpc"\) is set but no hpc_ckpt_<n>.ckpt was found'):
+    with pytest.raises(ValueError, match=r'ckpt_path="hpc"\)` is set but no HPC checkpoint was found'):
         first.fit(RankModel(), loader(4), ckpt_path="hpc")
     first.fit(RequeuedModel(), loader(4))
     assert (tmp_path / "scontrol.calls").read_text() == "requeue 4242\n"
