@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devices.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator
+from devices.checkpoint_plugin import DEFAULT_CHECKPOINT_IO, CheckpointIO
 from devices.ddp import DDPStrategy
 from devices.environments import ClusterEnvironment, detect
 from devices.parallel import ParallelStrategy
@@ -47,7 +48,9 @@ def connect(
     All problems are reported together in one ValueError, each naming its value and what is allowed.
     """
     problems: list[str] = []
+    _collect(problems, _check_plugin_types, plugins)
     given_environment = _collect(problems, _cluster_environment, plugins)
+    given_io = _collect(problems, _checkpoint_plugin, plugins)
     environment = detect() if given_environment is None else given_environment
     chosen = _collect(problems, _resolve_accelerator, accelerator)
     if chosen is not None:
@@ -67,6 +70,8 @@ def connect(
         )
     if sync_batchnorm and parallel is None and not multi and not problems:
         problems.append("sync_batchnorm=True needs a multi-process strategy such as strategy='ddp'")
+    if given_io is not None and isinstance(strategy, Strategy) and strategy.checkpoint_io is not DEFAULT_CHECKPOINT_IO:
+        problems.append("checkpoint_io set through both strategy class and plugins, choose one")
     if problems:
         raise ValueError(problems[0] if len(problems) == 1 else "Invalid device flags:\n- " + "\n- ".join(problems))
     assert chosen is not None and device_indices is not None and isinstance(plugin, Precision)
@@ -78,7 +83,11 @@ def connect(
             single = SingleDeviceStrategy(chosen.device_for(device_indices[0]), chosen, precision_plugin=plugin)
         single.finish_setup(chosen, plugin)
         single.cluster_environment = environment
+        if given_io is not None:
+            single.checkpoint_io = given_io
         return single
+    if given_io is not None:
+        parallel.checkpoint_io = given_io  # a sharded strategy refuses it
     if parallel.cluster_environment is None:
         parallel.cluster_environment = environment
     parallel.num_nodes = num_nodes
@@ -130,6 +139,25 @@ def _plugin_list(plugins: Any) -> list[Any]:
     return list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
 
 
+def _check_plugin_types(plugins: Any) -> None:
+    for item in _plugin_list(plugins):
+        if not isinstance(item, (Precision, CheckpointIO, ClusterEnvironment)):
+            raise ValueError(
+                f"Found invalid type for plugin {item!r}. Expected one of: Precision, CheckpointIO, ClusterEnvironment "
+                "(Lightning's LayerSync is the sync_batchnorm=True flag here)"
+            )
+
+
+def _checkpoint_plugin(plugins: Any) -> CheckpointIO | None:
+    found = [item for item in _plugin_list(plugins) if isinstance(item, CheckpointIO)]
+    if len(found) > 1:
+        raise ValueError(
+            f"Received multiple values for CheckpointIO flags in `plugins`: {found!r}. Expected one value for each "
+            "type at most."
+        )
+    return found[0] if found else None
+
+
 def _cluster_environment(plugins: Any) -> ClusterEnvironment | None:
     """A cluster environment given in `plugins` (e.g. SLURMEnvironment with its requeue signal)."""
     found = [item for item in _plugin_list(plugins) if isinstance(item, ClusterEnvironment)]
@@ -139,13 +167,7 @@ def _cluster_environment(plugins: Any) -> ClusterEnvironment | None:
 
 
 def _precision_plugin(plugins: Any) -> Precision | None:
-    items = [item for item in _plugin_list(plugins) if not isinstance(item, ClusterEnvironment)]
-    others = [item for item in items if not isinstance(item, Precision)]
-    if others:
-        raise ValueError(
-            f"plugins={plugins!r}: {others!r} is not supported yet; plugins accepts precision plugins "
-            "(Precision, MixedPrecision, HalfPrecision, DoublePrecision) and cluster environments"
-        )
+    items = [item for item in _plugin_list(plugins) if isinstance(item, Precision)]
     if len(items) > 1:
         raise ValueError(f"plugins={plugins!r} holds {len(items)} precision plugins; give at most one")
     return items[0] if items else None

@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from devices.accelerators import Accelerator
+from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment
 from devices.parallel import DEFAULT_TIMEOUT, ParallelStrategy
 from devices.precision import Precision
@@ -30,6 +31,7 @@ class DDPStrategy(ParallelStrategy):
         timeout: timedelta | None = DEFAULT_TIMEOUT,
         start_method: str = "popen",
         num_nodes: int = 1,
+        checkpoint_io: CheckpointIO | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__(
@@ -41,6 +43,7 @@ class DDPStrategy(ParallelStrategy):
             timeout=timeout,
             start_method=start_method,
             num_nodes=num_nodes,
+            checkpoint_io=checkpoint_io,
         )
         self.ddp_kwargs = ddp_kwargs
         self.model: DistributedDataParallel | None = None

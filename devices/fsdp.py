@@ -70,10 +70,6 @@ class FSDPStrategy(ShardedStrategy):
         device_mesh: tuple[int, int] | DeviceMesh | None = None,
         **kwargs: Any,
     ) -> None:
-        if checkpoint_io is not None:
-            raise ValueError(
-                f"FSDPStrategy(checkpoint_io={checkpoint_io!r}) is not supported: checkpoint I/O plugins are not built"
-            )
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -82,6 +78,8 @@ class FSDPStrategy(ShardedStrategy):
             process_group_backend=process_group_backend,
             timeout=timeout,
         )
+        if checkpoint_io is not None:
+            self.checkpoint_io = checkpoint_io  # refused: the sharded strategies save through DCP
         unknown = sorted(set(kwargs) - set(_FULLY_SHARD_KWARGS))
         if unknown:
             raise ValueError(

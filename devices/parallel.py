@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from devices.accelerators import Accelerator
+from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment, LightningEnvironment, made_by_trainer
 from devices.precision import Precision
 from devices.strategy import ModuleT, Strategy, _check_reduce_op
@@ -52,6 +53,7 @@ class ParallelStrategy(Strategy):
         timeout: timedelta | None = DEFAULT_TIMEOUT,
         start_method: str = "popen",
         num_nodes: int = 1,
+        checkpoint_io: CheckpointIO | None = None,
     ) -> None:
         if start_method not in _START_METHODS:
             raise ValueError(f"start_method={start_method!r} is not valid; use one of {list(_START_METHODS)}")
@@ -68,7 +70,7 @@ class ParallelStrategy(Strategy):
                     "precision= flags set them"
                 )
         # Placeholders: the connector's finish_setup sets both once the Trainer's flags are resolved.
-        super().__init__(None, None)  # type: ignore[arg-type]
+        super().__init__(None, None, checkpoint_io)  # type: ignore[arg-type]
         self.parallel_devices: list[torch.device] | None = None
         self.cluster_environment = cluster_environment
         self.process_group_backend = process_group_backend

@@ -24,6 +24,7 @@ from torch.optim import Optimizer
 
 from devices import checkpoint_io, sharded
 from devices.checkpoint_io import PathLike
+from devices.checkpoint_plugin import CheckpointIO
 from devices.parallel import ParallelStrategy
 from devices.strategy import ModuleT
 
@@ -37,6 +38,17 @@ class ShardedStrategy(ParallelStrategy):
     save_distributed = False
     # The key of the weights in a DCP folder (Lightning's: "model" for FSDP, "state_dict" for ModelParallel).
     weights_key = "model"
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, plugin: CheckpointIO) -> None:
+        raise ValueError(
+            f"{type(self).__name__} with the checkpoint I/O plugin {plugin!r} is not supported: a sharded strategy "
+            "writes its checkpoints through torch.distributed.checkpoint, not through a CheckpointIO"
+        )
 
     # ---- the module ---------------------------------------------------------------------------------------
 
@@ -132,12 +144,10 @@ class ShardedStrategy(ParallelStrategy):
         tensors.update({f"optimizer_{i}": state for i, state in enumerate(meta.pop("optimizer_states", []))})
         sharded.save(tensors, meta, path, self.is_global_zero, self.broadcast, self.barrier)
 
-    def load_checkpoint(
-        self, path: PathLike, storage_options: dict[str, Any] | None = None, weights_only: bool = False
-    ) -> dict[str, Any]:
+    def load_checkpoint(self, path: PathLike, weights_only: bool | None = None) -> dict[str, Any]:
         if sharded.is_sharded_checkpoint(path):
             return sharded.load_meta(path)  # the tensors are read into the live shards when restored
-        return super().load_checkpoint(path, storage_options, weights_only)
+        return super().load_checkpoint(path, weights_only)
 
 
 def named_optimizer_state(state: dict[str, Any], module: nn.Module, optimizer: Optimizer) -> dict[str, Any]:

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from devices import checkpoint_io, sharded
+from devices import sharded
 from devices.accelerators import Accelerator
 from devices.checkpoint_io import PathLike
+from devices.checkpoint_plugin import DEFAULT_CHECKPOINT_IO, CheckpointIO
 from devices.empty_init import EmptyInit
 from devices.precision import Precision, StepClosure
 from devices.transfer import move_optimizer_state, move_to_device
@@ -32,9 +33,29 @@ class Strategy(ABC):
     launcher: Any = None
     cluster_environment: Any = None  # the ClusterEnvironment this process runs under
 
-    def __init__(self, accelerator: Accelerator, precision: Precision) -> None:
+    def __init__(
+        self, accelerator: Accelerator, precision: Precision, checkpoint_io: CheckpointIO | None = None
+    ) -> None:
         self.accelerator = accelerator
         self.precision = precision
+        self._checkpoint_io: CheckpointIO = DEFAULT_CHECKPOINT_IO
+        if checkpoint_io is not None:
+            self.checkpoint_io = checkpoint_io
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """What every checkpoint save, load and removal of the run goes through (`DEFAULT_CHECKPOINT_IO` unless one
+        was given)."""
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, plugin: CheckpointIO) -> None:
+        if not isinstance(plugin, CheckpointIO):
+            raise ValueError(
+                f"checkpoint_io={plugin!r} is not a CheckpointIO; give an instance of a CheckpointIO subclass "
+                "such as TorchCheckpointIO"
+            )
+        self._checkpoint_io = plugin
 
     @property
     def plain_steps(self) -> bool:
@@ -152,6 +173,7 @@ class Strategy(ABC):
         if module is not None:
             module.to(_CPU)
         self.accelerator.teardown()
+        self.checkpoint_io.teardown()
 
     # ---- state dicts: what a checkpoint holds of the module and the optimizers ----------------------------
 
@@ -177,22 +199,16 @@ class Strategy(ABC):
     ) -> None:
         # One writer: other ranks hold the same state and would race on the same file.
         if self.is_global_zero:
-            checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
+            self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
-    def load_checkpoint(
-        self, path: PathLike, storage_options: dict[str, Any] | None = None, weights_only: bool = False
-    ) -> dict[str, Any]:
+    def load_checkpoint(self, path: PathLike, weights_only: bool | None = None) -> dict[str, Any]:
         if sharded.is_sharded_checkpoint(path):
             return sharded.consolidate(path)  # one process reads every shard
-        # Load onto the CPU: restoring then copies into parameters wherever they live, and a file saved
-        # on a GPU still opens on a host without one.
-        return checkpoint_io.load_checkpoint(
-            path, map_location=_CPU, storage_options=storage_options, weights_only=weights_only
-        )
+        return self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
 
-    def remove_checkpoint(self, path: PathLike, storage_options: dict[str, Any] | None = None) -> None:
+    def remove_checkpoint(self, path: PathLike) -> None:
         if self.is_global_zero:
-            checkpoint_io.remove_checkpoint(path, storage_options)
+            self.checkpoint_io.remove_checkpoint(path)
 
     @abstractmethod
     def all_gather_object(self, obj: Any) -> list[Any]:
@@ -219,16 +235,11 @@ class SingleDeviceStrategy(Strategy):
         self,
         device: str | torch.device = "cpu",
         accelerator: Accelerator | None = None,
-        checkpoint_io: Any = None,
+        checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
     ) -> None:
-        if checkpoint_io is not None:
-            raise ValueError(
-                f"SingleDeviceStrategy(checkpoint_io={checkpoint_io!r}) is not supported: checkpoint I/O plugins are "
-                "not built"
-            )
         # Placeholders until `finish_setup` (the Trainer's flags) fills what was not given.
-        super().__init__(accelerator, precision_plugin)  # type: ignore[arg-type]
+        super().__init__(accelerator, precision_plugin, checkpoint_io)  # type: ignore[arg-type]
         self._root_device = torch.device(device)
         if accelerator is not None:
             self._check_device(accelerator)

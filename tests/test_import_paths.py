@@ -109,6 +109,7 @@ LIGHTNING_PUBLIC: dict[str, list[str]] = {
     ],
     "profilers": ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "PyTorchProfiler", "SimpleProfiler"],
     "plugins": ["CheckpointIO", "DoublePrecision", "HalfPrecision", "MixedPrecision", "TorchCheckpointIO"],
+    "plugins.io": ["CheckpointIO", "TorchCheckpointIO"],
     "tuner": ["Tuner"],
     "cli": ["LightningCLI", "SaveConfigCallback"],
     "trainer": ["Trainer"],

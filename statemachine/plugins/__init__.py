@@ -1,23 +1,23 @@
-"""`lightning.pytorch.plugins`: the precision plugins and cluster environments a Trainer accepts through
-`plugins=`; the checkpoint-I/O and other precision plugins are not built yet."""
+"""`lightning.pytorch.plugins`: the precision plugins, checkpoint I/O plugins and cluster environments a Trainer
+accepts through `plugins=`; the other precision plugins and asynchronous checkpoint saving are not built yet."""
 
 from statemachine._exports import lazy_exports
 
 _PRECISION = "statemachine.plugins.precision"
 _ENVIRONMENTS = "statemachine.plugins.environments"
+_IO = "statemachine.plugins.io"
 _EXPORTS = {
     **dict.fromkeys(("DoublePrecision", "HalfPrecision", "MixedPrecision", "Precision"), _PRECISION),
     **dict.fromkeys(
         ("ClusterEnvironment", "LightningEnvironment", "SLURMEnvironment", "TorchElasticEnvironment"), _ENVIRONMENTS
     ),
+    **dict.fromkeys(("CheckpointIO", "TorchCheckpointIO"), _IO),
 }
 _NOT_BUILT = (
     "AsyncCheckpointIO",
     "BitsandbytesPrecision",
-    "CheckpointIO",
     "DeepSpeedPrecision",
     "FSDPPrecision",
-    "TorchCheckpointIO",
     "TransformerEnginePrecision",
     "XLAPrecision",
 )
