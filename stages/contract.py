@@ -345,6 +345,9 @@ class TrainerView(Protocol):
     def optimizers(self) -> list[torch.optim.Optimizer]: ...
 
     @property
+    def lightning_optimizers(self) -> list[Any]: ...
+
+    @property
     def lr_scheduler_configs(self) -> list[Any]: ...
 
     @property

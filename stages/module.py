@@ -225,7 +225,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     # ---- optimization ------------------------------------------------------------------------------------------------
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
-        wrapped = self.trainer.run.optimization.lightning_optimizers
+        wrapped = self.trainer.lightning_optimizers
         optimizers = wrapped if use_pl_optimizer else [w.optimizer for w in wrapped]
         return optimizers[0] if len(optimizers) == 1 else optimizers
 

@@ -261,8 +261,9 @@ class FitLoop:
         data.warn_if_no_training_batches(self._train_loader, self.num_training_batches)
         if trainer.loggers and not trainer.fast_dev_run and self.num_training_batches < trainer.log_every_n_steps:
             warnings.warn(
-                f"The training loader has {self.num_training_batches} batches, fewer than "
-                f"log_every_n_steps={trainer.log_every_n_steps}: step metrics reach the loggers rarely or never",
+                f"The number of training batches ({self.num_training_batches}) is smaller than the logging interval "
+                f"Trainer(log_every_n_steps={trainer.log_every_n_steps}). Set a lower value for log_every_n_steps if "
+                "you want to see logs for the training epoch.",
                 PossibleUserWarning,
                 stacklevel=2,
             )

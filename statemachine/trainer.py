@@ -31,7 +31,7 @@ from stages.loggers import DummyLogger, Logger, TensorBoardLogger
 from stages.loop_views import EvaluationLoopView
 from stages.metrics import MetricsCollector
 from stages.module import LightningModule
-from stages.optimization import LRSchedulerConfig, Optimization
+from stages.optimization import LightningOptimizer, LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
 from stages.training import FitLoop
 from statemachine import distributed, profilers
@@ -284,7 +284,8 @@ class Trainer:
         self.should_stop = False
         if self._max_epochs_defaulted:
             warnings.warn(
-                "max_epochs was not set: training stops after 1000 epochs; set max_epochs=-1 for no limit",
+                "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
+                "`max_epochs=-1`.",
                 PossibleUserWarning,
                 stacklevel=2,
             )
@@ -612,6 +613,11 @@ class Trainer:
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return self._optimization.optimizers
+
+    @property
+    def lightning_optimizers(self) -> list[LightningOptimizer]:
+        """`optimizers` wrapped as `LightningModule.optimizers()` returns them; they outlive the run, as Lightning's."""
+        return self._optimization.lightning_optimizers
 
     @property
     def lr_scheduler_configs(self) -> list[LRSchedulerConfig]:

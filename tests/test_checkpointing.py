@@ -72,7 +72,7 @@ def test_model_checkpoint_default_file_resumes_through_last_epoch(tmp_path: Any)
         limit_val_batches=1,
         enable_progress_bar=False,
     )
-    few_batches = "2 batches, fewer than log_every_n_steps=50"
+    few_batches = r"training batches \(2\) is smaller than the logging interval Trainer\(log_every_n_steps=50\)"
     with pytest.warns(L.PossibleUserWarning, match=few_batches):
         trainer.fit(TinyModel(), make_loader(), make_loader())
     directory = tmp_path / "lightning_logs" / "version_0" / "checkpoints"

@@ -90,7 +90,7 @@ def test_logged_metrics_hold_the_current_batch_values_with_or_without_a_logger(t
         log_every_n_steps=50,  # no step reaches a logger: the views must not depend on that
     )
     if logger:
-        with pytest.warns(L.PossibleUserWarning, match="fewer than log_every_n_steps"):
+        with pytest.warns(L.PossibleUserWarning, match="is smaller than the logging interval"):
             trainer.fit(Logs(), make_loader(), make_loader())
     else:
         trainer.fit(Logs(), make_loader(), make_loader())

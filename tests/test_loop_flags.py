@@ -737,18 +737,6 @@ def test_one_error_names_every_bad_field() -> None:
     assert isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize(
-    "flag",
-    [
-        {"plugins": [object()]},
-    ],
-)
-def test_unbuilt_flags_are_refused_not_ignored(flag: dict[str, Any]) -> None:
-    (name,) = flag
-    with pytest.raises(L.MisconfigurationException, match=rf"(?s){name}.*not supported"):
-        L.Trainer(**flag)
-
-
 # ---- several loaders -------------------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from conftest import TinyModel, make_loader, quiet_trainer
 from torch import nn
 
 import statemachine as L
+from statemachine.core.optimizer import LightningOptimizer
 
 
 class TwoOptimizers(L.LightningModule):
@@ -142,3 +143,13 @@ def test_early_stopping_ends_fit_when_the_metric_stops_improving(tmp_path: Any) 
         "finished",
         "`trainer.should_stop` was set",
     )
+
+
+def test_optimizers_stay_reachable_after_fit_as_in_lightning(tmp_path: Any) -> None:
+    model = TinyModel()
+    trainer = quiet_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, make_loader())
+    optimizer = model.optimizers()
+    assert isinstance(optimizer, LightningOptimizer) and optimizer is model.optimizers()
+    assert optimizer.optimizer is trainer.optimizers[0]
+    assert model.optimizers(use_pl_optimizer=False) is trainer.optimizers[0]

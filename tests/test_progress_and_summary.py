@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
+import statemachine as L
 from stages.callbacks.model_summary import ModelSummary, human_count, summarize
+from statemachine.utilities import model_summary
 
 
 def _trainer(**overrides: Any) -> SimpleNamespace:
@@ -39,19 +41,43 @@ def _totals(table: str) -> dict[str, str]:
 
 def test_summary_lists_children_with_params_and_mode() -> None:
     table = summarize(_Net(), max_depth=1)
-    assert table.splitlines()[0].split("|")[1:] == [" Name    ", " Type       ", " Params ", " Mode"]
+    assert table.splitlines()[0].split("|")[1:] == [" Name    ", " Type       ", " Params ", " Mode  ", " FLOPs"]
     assert _rows(table) == [
-        ["0", "encoder", "Sequential", "40", "eval"],
-        ["1", "head", "Linear", "18", "train"],
+        ["0", "encoder", "Sequential", "40", "eval", "0"],  # no example input: nothing ran, nothing counted
+        ["1", "head", "Linear", "18", "train", "0"],
     ]
     assert _totals(table) == {
         "Trainable params": "56",
         "Non-trainable params": "2",
         "Total params": "58",
         "Total estimated model params size (MB)": "0.000",
-        "Modules in train mode": "2",
+        "Modules in train mode": "1",  # the model itself is not counted, as in Lightning
         "Modules in eval mode": "3",
+        "Total Flops": "0",
     }
+
+
+class _Example(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 4)
+        self.b = nn.Sequential(nn.Linear(4, 4), nn.Dropout())
+        self.example_input_array = torch.zeros(2, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_summary_counts_the_operations_of_the_example_forward_as_lightning() -> None:
+    summary = model_summary.summarize(_Example(), max_depth=1)
+    # a 2x3 @ 3x4 product is 2*2*3*4 = 48 operations; the 2x4 @ 4x4 one in `b` is 64 (Lightning 2.6.6 shows the same)
+    assert {name: sum(counts.values()) for name, counts in summary.flop_counts.items()} == {"a": 48, "b": 64}
+    assert summary.total_flops == 112
+    assert summary.total_training_modes == {"train": 4, "eval": 0}
+    assert summary.total_layer_params == 36 and [name for name, _ in summary.named_modules] == ["a", "b"]
+    table = str(summary)
+    assert [row[5:] for row in _rows(table)] == [["48", "[2, 3]", "[2, 4]"], ["64", "[2, 4]", "[2, 4]"]]
+    assert _totals(table)["Total Flops"] == "112"
 
 
 def test_summary_depth_all_levels_and_none() -> None:

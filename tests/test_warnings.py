@@ -23,6 +23,7 @@ ALLOWED = {
     "RuntimeWarning",
     "DeprecationWarning",
     "MissingHparamsFileWarning",
+    "LightningAliasWarning",
 }
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from devices.transfer import move_to_device
 from stages.callbacks.callback import Callback
@@ -49,7 +50,11 @@ class Summary:
             for name, child in model.named_modules()
             if name and max_depth != 0 and (max_depth == -1 or name.count(".") < max_depth)
         ]
-        self._in_sizes, self._out_sizes = _layer_sizes(model, [child for _, child in self._layers])
+        self._in_sizes, self._out_sizes, counts = _run_example(model, [child for _, child in self._layers])
+        # The counter names a layer by the model's class and the layer's path.
+        prefix = type(model).__name__
+        self._flop_counts = {name: dict(counts.get(f"{prefix}.{name}", {})) for name, _ in self._layers}
+        self._total_flops = sum(counts.get("Global", {}).values())
 
     @property
     def max_depth(self) -> int:
@@ -81,6 +86,32 @@ class Summary:
         return self._out_sizes
 
     @property
+    def flop_counts(self) -> dict[str, dict[Any, int]]:
+        """Each layer's floating-point operations by torch op, in one forward on `example_input_array` (empty
+        without one)."""
+        return self._flop_counts
+
+    @property
+    def total_flops(self) -> int:
+        """The whole model's operations in that forward (0 without an example input)."""
+        return self._total_flops
+
+    @property
+    def named_modules(self) -> list[tuple[str, nn.Module]]:
+        """The summarized layers with their names."""
+        return list(self._layers)
+
+    @property
+    def total_layer_params(self) -> int:
+        return sum(self.param_nums)
+
+    @property
+    def total_training_modes(self) -> dict[str, int]:
+        """How many modules (the model itself not counted) are in train and in eval mode."""
+        modes = [module.training for name, module in self._model.named_modules() if name]
+        return {"train": sum(modes), "eval": len(modes) - sum(modes)}
+
+    @property
     def total_parameters(self) -> int:
         return _count(self._model.parameters())
 
@@ -96,11 +127,12 @@ class Summary:
 
     def layer_table(self) -> tuple[list[str], list[list[str]]]:
         """The layer table's header and rows, as text (the sizes' columns when an example input ran)."""
-        header = ["", "Name", "Type", "Params", "Mode"]
+        header = ["", "Name", "Type", "Params", "Mode", "FLOPs"]
+        flops = [human_count(sum(counts.values())) for counts in self._flop_counts.values()]
         rows = [
-            [str(index), name, kind, human_count(count), "train" if training else "eval"]
-            for index, (name, kind, count, training) in enumerate(
-                zip(self.layer_names, self.layer_types, self.param_nums, self.training_modes)
+            [str(index), name, kind, human_count(count), "train" if training else "eval", layer_flops]
+            for index, (name, kind, count, training, layer_flops) in enumerate(
+                zip(self.layer_names, self.layer_types, self.param_nums, self.training_modes, flops)
             )
         ]
         if self._in_sizes:
@@ -110,17 +142,18 @@ class Summary:
         return header, rows
 
     def totals(self) -> list[tuple[str, str]]:
-        """(value, label) lines under the table: parameters, size and modes."""
+        """(value, label) lines under the table: parameters, size, modes and operations."""
         trainable = self.trainable_parameters
         total = self.total_parameters
-        modes = [m.training for m in self._model.modules()]
+        modes = self.total_training_modes
         return [
             (human_count(trainable), "Trainable params"),
             (human_count(total - trainable), "Non-trainable params"),
             (human_count(total), "Total params"),
             (f"{self.model_size:,.3f}", "Total estimated model params size (MB)"),
-            (str(sum(modes)), "Modules in train mode"),
-            (str(len(modes) - sum(modes)), "Modules in eval mode"),
+            (str(modes["train"]), "Modules in train mode"),
+            (str(modes["eval"]), "Modules in eval mode"),
+            (human_count(self.total_flops), "Total Flops"),
         ]
 
     def __str__(self) -> str:
@@ -133,12 +166,13 @@ class Summary:
 UNKNOWN_SIZE = "?"
 
 
-def _layer_sizes(model: nn.Module, layers: list[nn.Module]) -> tuple[list[Any], list[Any]]:
-    """Run `model` once on its `example_input_array` (no grad, eval mode, then its modes restored) and record each
-    layer's input and output shapes. Without an example, or without layers, there are no sizes."""
+def _run_example(model: nn.Module, layers: list[nn.Module]) -> tuple[list[Any], list[Any], dict[str, dict[Any, int]]]:
+    """Run `model` once on its `example_input_array` (no grad, eval mode, then its modes restored): each layer's
+    input and output shapes, and the operations counted by module. Without an example, or without layers, there are
+    no sizes and no counts."""
     example = getattr(model, "example_input_array", None)
     if example is None or not layers:
-        return [], []
+        return [], [], {}
     in_sizes: list[Any] = [UNKNOWN_SIZE] * len(layers)
     out_sizes: list[Any] = [UNKNOWN_SIZE] * len(layers)
 
@@ -153,9 +187,10 @@ def _layer_sizes(model: nn.Module, layers: list[nn.Module]) -> tuple[list[Any], 
     modes = {name: m.training for name, m in model.named_modules()}
     device = next((p.device for p in model.parameters() if not _is_uninitialized(p)), torch.device("cpu"))
     example = move_to_device(example, device)
+    counter = FlopCounterMode(display=False)
     try:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), counter:
             if isinstance(example, tuple | list):
                 model(*example)
             elif isinstance(example, dict):
@@ -167,7 +202,7 @@ def _layer_sizes(model: nn.Module, layers: list[nn.Module]) -> tuple[list[Any], 
             handle.remove()
         for name, module in model.named_modules():
             module.training = modes.get(name, module.training)
-    return in_sizes, out_sizes
+    return in_sizes, out_sizes, counter.get_flop_counts()
 
 
 def _shape(value: Any) -> Any:

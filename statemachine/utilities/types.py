@@ -1,10 +1,13 @@
-"""`lightning.pytorch.utilities.types`: the type aliases Lightning code annotates its hooks with."""
+"""`lightning.pytorch.utilities.types`: the type aliases Lightning code annotates its hooks with, and the path,
+device and map-location aliases of `lightning.fabric.utilities.types` that trainer-side code imports."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypedDict, Union
 
+import torch
 from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
@@ -13,6 +16,11 @@ from typing_extensions import NotRequired
 from stages.optimization import LRSchedulerConfig
 
 STEP_OUTPUT = Union[Tensor, Mapping[str, Any], None]  # noqa: UP007 - an alias users import, kept as Lightning spells it
+_PATH = Union[str, Path]  # noqa: UP007
+_DEVICE = Union[torch.device, str, int]  # noqa: UP007
+# torch.load's map_location: a device, a {saved device: device} dict, or a function of (storage, saved location)
+_MAP_LOCATION_TYPE = Union[_DEVICE, Callable[[Any, str], Any], dict[_DEVICE, _DEVICE], None]  # noqa: UP007
+_PARAMETERS = Iterator[torch.nn.Parameter]
 TRAIN_DATALOADERS = Any  # a loader, or any collection of loaders
 EVAL_DATALOADERS = Any
 LRSchedulerTypeUnion = Union[LRScheduler, ReduceLROnPlateau]  # noqa: UP007
