@@ -286,17 +286,34 @@ def transfer(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:
 def transfer_for(trainer: TrainerView) -> Callable[[Any, int], Any]:
     """`transfer` decided once (a loop asks per epoch): what the three default hooks amount to when neither the
     module nor a DataModule overrides any, else the hooks themselves."""
+    direct = _direct_transfer(trainer)
+    if direct is None:
+        return partial(_transfer_through_hooks, trainer)
+    return lambda batch, _: direct(batch)
+
+
+def train_transfer_for(trainer: TrainerView) -> Callable[[Any], Any]:
+    """`transfer_for` for the one training loader (index 0), with no call around the direct transfer: it runs for
+    every training batch."""
+    direct = _direct_transfer(trainer)
+    return partial(_transfer_through_hooks, trainer, dataloader_idx=0) if direct is None else direct
+
+
+def _direct_transfer(trainer: TrainerView) -> Callable[[Any], Any] | None:
+    """What the three default transfer hooks amount to, when neither the module nor a DataModule overrides any."""
     strategy = trainer.strategy
-    if trainer.datamodule is None and not run_of(trainer).hooks.module_overrides_any(_TRANSFER_HOOKS):
-        device, precision = strategy.root_device, strategy.precision
-        # The strategy's default batch_to_device is move_to_device: called directly, one call less per batch.
-        to_device: Callable[[Any, torch.device], Any] = (
-            move_to_device if type(strategy).batch_to_device is Strategy.batch_to_device else strategy.batch_to_device
-        )
-        if not precision.casts_input:
-            return lambda batch, _: to_device(batch, device)
-        return lambda batch, _: precision.convert_input(to_device(batch, device))
-    return partial(_transfer_through_hooks, trainer)
+    if trainer.datamodule is not None or run_of(trainer).hooks.module_overrides_any(_TRANSFER_HOOKS):
+        return None
+    device, precision = strategy.root_device, strategy.precision
+    # The strategy's default batch_to_device is move_to_device: called directly, one call less per batch.
+    to_device: Callable[[Any], Any] = (
+        partial(move_to_device, device=device)
+        if type(strategy).batch_to_device is Strategy.batch_to_device
+        else partial(strategy.batch_to_device, device=device)
+    )
+    if not precision.casts_input:
+        return to_device
+    return lambda batch: precision.convert_input(to_device(batch))
 
 
 def _transfer_through_hooks(trainer: TrainerView, batch: Any, dataloader_idx: int) -> Any:

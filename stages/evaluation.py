@@ -25,6 +25,11 @@ _BATCH_HOOKS = {
 }
 
 
+def _every_batch() -> bool:
+    """An evaluation batch's step values go to the loggers at every batch, whatever `log_every_n_steps` says."""
+    return True
+
+
 def evaluate(
     trainer: TrainerView,
     kind: str,
@@ -62,7 +67,7 @@ def evaluate(
 
         def after(output: Any, dataloader_idx: int, is_last: bool) -> None:
             if not sanity:
-                metrics.step_end(kind, None, True)
+                metrics.step_end(kind, None, _every_batch)
             if sigterm_stops_evaluation(trainer) and not (is_last and (fetching or dataloader_idx == last_loader)):
                 raise SIGTERMException()
 

@@ -365,10 +365,11 @@ class MetricsCollector:
 
     # ---- step and epoch boundaries ----------------------------------------------------------------------
 
-    def step_end(self, bucket_name: str, step: int | None, send_to_loggers: bool) -> None:
+    def step_end(self, bucket_name: str, step: int | None, send_to_loggers: Callable[[], bool]) -> None:
         """After a batch: its step values are published; every `log_every_n_steps` they go to the loggers.
 
         `step` None: an evaluation batch, logged at its loader's own count of batches, as Lightning does.
+        `send_to_loggers` is asked only when the batch logged something.
         """
         add_epoch = step is not None
         if step is None:
@@ -384,7 +385,7 @@ class MetricsCollector:
         self._logged.update(logged)
         if progress:
             self._progress.update(progress)
-        if send_to_loggers and logged:
+        if logged and send_to_loggers():
             self._send(logged, step, add_epoch)
 
     def _sync_step_values(self, bucket: dict[str, _Entry]) -> None:

@@ -34,7 +34,7 @@ from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgr
 from stages.resume import CONTINUES_EPOCH, ResumePoint
 
 if TYPE_CHECKING:
-    from stages.contract import RunView, TrainerView
+    from stages.contract import OptimizationView, RunView, TrainerView
 
 _log = logging.getLogger(__name__)
 
@@ -373,7 +373,8 @@ class FitLoop:
         poll_val_check = run.flow.poller("val_check")
         step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
-        transfer = data.transfer_for(trainer)
+        transfer = data.train_transfer_for(trainer)
+        should_log = self.should_log
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
         if multi_process:
@@ -386,7 +387,7 @@ class FitLoop:
             if fetching:
                 step_input, batch, batch_idx = item, item.batch, item.batch_idx
             else:
-                step_input = batch = transfer(item, 0)
+                step_input = batch = transfer(item)
                 batch_idx = index
             metrics.current_batch = batch
             if start_hooks and self._batch_start_ends_epoch(batch, batch_idx):
@@ -414,12 +415,12 @@ class FitLoop:
             if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
-            metrics.step_end("train", self.batches_that_stepped, self.should_log())
+            metrics.step_end("train", self.batches_that_stepped, should_log)
             stop_requested = self._take_flags() if multi_process else False
             if poll_val_check():
                 yield None
                 poll_val_check = run.flow.poller("val_check")  # for the state the machine resumed the epoch in
-            epoch_ends = self._batch_done()
+            epoch_ends = self._batch_done(optimization)
             if multi_process:
                 # Sent after the batch's validation and decisions, so that what they set goes out, and the clock a
                 # validation restarted is read afresh.
@@ -505,13 +506,13 @@ class FitLoop:
         once: it runs for every batch."""
         run = run_of(self.trainer)
         optimizer = run.optimization.optimizers[0]
-        module_hook, check_loss = run.hooks.module, run.optimization.check_loss
+        training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
+        zero_grad_progress, step_progress = self.zero_grad_progress, self.optimizer_step_progress
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
-                output = module_hook("training_step", batch, batch_idx)
+                output = training_step(batch, batch_idx)
             loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
             if batch_idx % k == 0:
                 optimizer.zero_grad()
@@ -522,7 +523,8 @@ class FitLoop:
                 loss.backward()
             if (batch_idx + 1) % k == 0 or is_last:
                 optimizer.step()
-                on_optimizer_stepped()
+                step_progress.increment_step()  # what on_optimizer_stepped does in automatic optimization
+                self.stepped_this_batch = True
             return output, loss
 
         return direct_step
@@ -581,18 +583,19 @@ class FitLoop:
         if is_last or batch_idx + 1 == self.num_training_batches:
             optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
 
-    def _batch_done(self) -> bool:
+    def _batch_done(self, optimization: OptimizationView) -> bool:
         """After a batch and its poll: the batch's bookkeeping (plateau schedulers, counters, loggers saved on a
         stop, a SIGTERM raised); returns whether the epoch ends here."""
         trainer = self.trainer
-        if self.automatic and self.stepped_this_batch and run_of(trainer).optimization.lr_scheduler_configs:
-            run_of(trainer).optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
         if self.stepped_this_batch:
+            if self.automatic and optimization.lr_scheduler_configs:
+                optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
             self.batches_that_stepped += 1
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
-        if self._sigterm_stops() and not epoch_training_done(trainer):
+        sigterm = self._sigterm_agreed if self.multi_process else trainer.received_sigterm  # see _sigterm_stops
+        if sigterm and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
         return epoch_should_end(trainer)
 

@@ -69,12 +69,13 @@ class Run:
     predictions: Any = None
     prediction_record: Any = None  # what prediction writers read during predict
     check_ranks: bool = field(default_factory=lambda: os.environ.get(CHECK_RANKS_VARIABLE, "") not in ("", "0"))
+    # The trainer's fit loop, read once: guards read it after every batch.
+    fit_loop: FitLoopView = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fit_loop = self.trainer.fit_loop
 
     # ---- the trainer's parts a run reads ------------------------------------------------------------------
-
-    @property
-    def fit_loop(self) -> FitLoopView:
-        return self.trainer.fit_loop
 
     @property
     def fit_validation(self) -> FitValidationView:
