@@ -65,6 +65,8 @@ def is_monitoring(callback: Callback) -> bool:
 
 
 class HookRunner:
+    calls_idle_hooks = False  # a callback's idle hooks (see `Callback._idle_hooks`) are not called
+
     def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         self._overriding: dict[str, list[Callback]] = {}
@@ -111,8 +113,13 @@ class HookRunner:
     def _callbacks_for(self, name: str) -> list[Callback]:
         found = self._overriding.get(name)
         if found is None:
-            # A hook assigned on the instance (LambdaCallback's way) counts; one set to None there switches it off.
-            found = [cb for cb in self.trainer.callbacks if is_overridden(name, cb, Callback)]
+            # A hook assigned on the instance (LambdaCallback's way) counts; one set to None there switches it off;
+            # one the callback says is idle as configured is left out, unless every call is timed.
+            found = [
+                cb
+                for cb in self.trainer.callbacks
+                if is_overridden(name, cb, Callback) and (self.calls_idle_hooks or name not in cb._idle_hooks())
+            ]
             self._overriding[name] = found
         return found
 

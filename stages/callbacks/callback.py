@@ -19,6 +19,11 @@ class Callback:
     def _generate_state_key(self, **kwargs: Any) -> str:
         return f"{type(self).__qualname__}{repr(kwargs)}"
 
+    def _idle_hooks(self) -> frozenset[str]:
+        """The hooks this callback implements that, as it is configured, would return at once: the trainer does
+        not call them (it asks once per run). A subclass that overrides one of them is never idle for it."""
+        return frozenset()
+
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Called when fit, validate, test or predict begins."""
 

@@ -154,6 +154,14 @@ class ModelCheckpoint(Checkpoint):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._last_time_checked = time.monotonic()
 
+    def _idle_hooks(self) -> frozenset[str]:
+        """Without `every_n_train_steps` or `train_time_interval`, nothing is saved from inside an epoch: the batch
+        end hook (and the outputs the trainer builds for it) can be left out of every batch."""
+        own = type(self).on_train_batch_end is ModelCheckpoint.on_train_batch_end and "on_train_batch_end" not in vars(
+            self
+        )
+        return frozenset() if self._saves_within_epochs or not own else frozenset({"on_train_batch_end"})
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self._saves_within_epochs or not self._step_trigger_due(trainer):
             return
