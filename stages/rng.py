@@ -14,11 +14,15 @@ import torch
 
 
 def capture() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    # The Mersenne Twister keys of python and numpy (624 numbers each) are held as one tensor each, not as lists of
+    # ints: a checkpoint then pickles two objects instead of some 2500 (the state is taken twice).
+    version, internal, gauss_next = random.getstate()
+    python = (version, torch.tensor(internal, dtype=torch.int64), gauss_next)
+    state: dict[str, Any] = {"python": python, "torch": torch.get_rng_state()}
     numpy = _numpy()
     if numpy is not None:
         name, keys, position, has_gauss, cached_gaussian = numpy.random.get_state()
-        state["numpy"] = (name, keys.tolist(), position, has_gauss, cached_gaussian)
+        state["numpy"] = (name, torch.from_numpy(keys.astype(numpy.int64)), position, has_gauss, cached_gaussian)
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -26,12 +30,14 @@ def capture() -> dict[str, Any]:
 
 def restore(state: dict[str, Any]) -> None:
     """Set the generators to `state`; a generator this process lacks (numpy, CUDA devices) is left out."""
-    random.setstate(state["python"])
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(_numbers(internal)), gauss_next))
     torch.set_rng_state(state["torch"].cpu())
     numpy = _numpy()
     if numpy is not None and "numpy" in state:
         name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-        numpy.random.set_state((name, numpy.array(keys, dtype=numpy.uint32), position, has_gauss, cached_gaussian))
+        keys = numpy.array(_numbers(keys), dtype=numpy.uint32)
+        numpy.random.set_state((name, keys, position, has_gauss, cached_gaussian))
     if torch.cuda.is_available():
         for device, device_state in enumerate(state.get("cuda", [])[: torch.cuda.device_count()]):
             torch.cuda.set_rng_state(device_state.cpu(), device)
@@ -44,3 +50,8 @@ def _numpy() -> Any:
     except ImportError:
         return None
     return numpy
+
+
+def _numbers(keys: Any) -> list[int]:
+    """A generator's keys as ints: a tensor, or the list or tuple that checkpoints of earlier versions hold."""
+    return keys.tolist() if isinstance(keys, torch.Tensor) else list(keys)
