@@ -59,23 +59,41 @@ def _out_of_time(run: Run) -> bool:
     return any(seconds is not None and seconds <= 0 for seconds in remaining)
 
 
-def should_check_val(run: Run) -> bool:
-    """Whether validation runs after the batch that just finished (Lightning's rules, the first match decides)."""
-    trainer = run.trainer
+# Whether validation runs after the batch that just finished: Lightning's rules, one guard each, so the diagram and the
+# history show which one scheduled a validation. The machine asks them in the table's order; the first that passes
+# decides, so a later guard never repeats what an earlier one covers.
+
+
+def validates_at_epoch_end(run: Run) -> bool:
+    """The epoch's last batch ran, and its end is not counted in batches: the loader has no length, or the step
+    fetches its own batches (with a length, `val_batches_counted` counts up to the epoch's end)."""
     loop = run.fit_loop
-    if not loop.epoch_validates:
-        return False
-    is_last = loop.is_last_batch
+    return loop.epoch_validates and loop.is_last_batch and (loop.val_check_batch == math.inf or loop.fetches_itself)
+
+
+def validates_before_stop(run: Run) -> bool:
+    """`should_stop` is set and the minimums are met: the epoch validates once more before fit stops (an early
+    or `max_time` stop)."""
+    trainer = run.trainer
+    return run.fit_loop.epoch_validates and trainer.should_stop and minimums_met(trainer)
+
+
+def val_time_elapsed(run: Run) -> bool:
+    """Validation is scheduled by time (`val_check_interval` a duration) and the interval has passed (agreed across
+    ranks in a multi-process run)."""
+    loop = run.fit_loop
+    return loop.epoch_validates and loop.val_check_batch is None and loop.time_for_validation()
+
+
+def val_batches_counted(run: Run) -> bool:
+    """The `val_check_interval`-th batch since the last validation ran: counted in the epoch, or over the whole run
+    with `check_val_every_n_epoch=None`."""
+    loop = run.fit_loop
     val_check_batch = loop.val_check_batch
-    if is_last and (val_check_batch == math.inf or loop.fetches_itself):
-        return True
-    if trainer.should_stop and minimums_met(trainer):
-        return True  # validation runs before an early or max_time stop
-    if val_check_batch is None:  # time-based: there is no automatic end-of-epoch run
-        return loop.time_for_validation()
-    if isinstance(trainer.limit_train_batches, int) and val_check_batch == math.inf:
-        return (loop.batch_idx + 1) % trainer.limit_train_batches == 0
-    if val_check_batch != math.inf:
-        index = loop.total_batch_idx if trainer.check_val_every_n_epoch is None else loop.batch_idx
-        return (index + 1) % val_check_batch == 0
-    return is_last
+    if not loop.epoch_validates or val_check_batch is None:
+        return False
+    if val_check_batch == math.inf:
+        limit = run.trainer.limit_train_batches
+        return isinstance(limit, int) and (loop.batch_idx + 1) % limit == 0
+    index = loop.total_batch_idx if run.trainer.check_val_every_n_epoch is None else loop.batch_idx
+    return (index + 1) % val_check_batch == 0

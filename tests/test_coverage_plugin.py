@@ -19,7 +19,16 @@ pytest_plugins = ["pytester"]
 DECLARED = [t.key for t in TABLE.transitions]
 FIT = "fit: idle -> fitting.setup"
 BEGIN = "begin: fitting.setup -> fitting.sanity_checking [should_sanity_check]"
-GUARDS = ["resumes_inside_epoch", "resumes_mid_epoch", "should_sanity_check", "fit_done", "should_check_val"]
+GUARDS = [
+    "resumes_inside_epoch",
+    "resumes_mid_epoch",
+    "should_sanity_check",
+    "fit_done",
+    "validates_at_epoch_end",
+    "validates_before_stop",
+    "val_time_elapsed",
+    "val_batches_counted",
+]
 
 
 def test_percent_counts_declared_transitions_that_fired() -> None:
@@ -43,7 +52,7 @@ def test_guard_counts() -> None:
     for value in (True, False, False):
         coverage.guard_tally("fit_done")[value] += 1  # as a machine counts
     assert coverage.guard_counts("fit_done") == (1, 2)
-    assert coverage.guard_counts("should_check_val") == (0, 0)
+    assert coverage.guard_counts("val_time_elapsed") == (0, 0)
 
 
 def test_report_lists_every_transition_and_guard_in_order() -> None:

@@ -36,9 +36,9 @@ def crashed_run() -> History:
         ("begin", "fitting.setup", "fitting.train_setup", "not should_sanity_check"),
         ("train_ready", "fitting.train_setup", "fitting.training", "not fit_done"),
         ("epoch_boundary", "fitting.training", "fitting.training", "not fit_done"),
-        ("val_check", "fitting.training", "fitting.validating", "should_check_val"),
+        ("val_check", "fitting.training", "fitting.validating", "val_batches_counted"),
         ("validation_done", "fitting.validating", "fitting.training", None),
-        ("val_check", "fitting.training", "fitting.validating", "should_check_val"),
+        ("val_check", "fitting.training", "fitting.validating", "val_batches_counted"),
         ("interrupt", "fitting.validating", "interrupted", None),
     ]
     for trigger, source, dest, guard in steps:
@@ -399,6 +399,6 @@ def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], a
 def test_guards_reduced_across_ranks_are_marked_with_a_legend() -> None:
     source = build_graph().source
     assert "[fit_done ∃]" in source
-    # rank-independent guards, and should_check_val (its rank-local inputs are agreed per batch), carry no mark
-    assert "[should_sanity_check]" in source and "[should_check_val]" in source
+    # rank-independent guards, and the val_check ones (their rank-local inputs are agreed per batch), carry no mark
+    assert "[should_sanity_check]" in source and "[validates_before_stop]" in source and "[val_time_elapsed]" in source
     assert "guard ∃: any rank decides for all ranks" in source

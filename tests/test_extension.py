@@ -265,7 +265,17 @@ def test_a_users_candidate_for_the_per_batch_poll_pauses_the_epoch_at_its_batch(
     polled = [r for r in trainer.history if r.trigger == "val_check"]
     assert [(r.batch_idx, r.dest, [(g.name, g.value) for g in r.guards]) for r in polled] == [
         (1, "fitting.probing", [("probe_due", True)]),
-        (2, "fitting.validating", [("probe_due", False), ("should_check_val", True)]),
+        (
+            2,
+            "fitting.validating",
+            [
+                ("probe_due", False),
+                ("validates_at_epoch_end", False),  # the loader has a length: the epoch's end is counted in batches
+                ("validates_before_stop", False),
+                ("val_time_elapsed", False),
+                ("val_batches_counted", True),
+            ],
+        ),
     ]
     assert check_path(trainer.history, PROBING) == []
 

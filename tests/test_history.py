@@ -34,7 +34,16 @@ FIT_PATH = [
     ("sanity_check_done", "fitting.train_setup", []),
     ("train_ready", "fitting.between_epochs", [("fit_done", False), ("resumes_mid_epoch", False)]),
     ("epoch_boundary", "fitting.training", [("fit_done", False)]),
-    ("val_check", "fitting.validating", [("should_check_val", True)]),
+    (
+        "val_check",
+        "fitting.validating",
+        [
+            ("validates_at_epoch_end", False),
+            ("validates_before_stop", False),
+            ("val_time_elapsed", False),
+            ("val_batches_counted", True),
+        ],
+    ),
     ("validation_done", "fitting.training", []),
     ("epoch_done", "fitting.between_epochs", []),
     ("epoch_boundary", "fitting.training", [("fit_done", False)]),
@@ -46,7 +55,9 @@ FIT_PATH = [
 def take(history: History, trigger: str, dest: str, guards: list[tuple[str, bool]]) -> TransitionRecord:
     """Record the declared transition `trigger` -> `dest` from the current state, as the machine does."""
     source = history.records[-1].end_state if len(history) else TABLE.initial
-    (spec,) = [t for t in TABLE.candidates(trigger, source) if t.dest == dest]
+    passed = {name for name, value in guards if value}
+    found = [t for t in TABLE.candidates(trigger, source) if t.dest == dest]
+    (spec,) = found if len(found) == 1 else [t for t in found if t.guard_name in passed]  # the val_check edges
     record = history.open(trigger, source, epoch=0, global_step=len(history), batch_idx=None, rank=0)
     record.guards = [GuardRecord(name=name, value=value) for name, value in guards]
     record.transition = spec.key
@@ -212,7 +223,7 @@ def test_undeclared_and_inconsistent_transitions_are_reported() -> None:
     records[8].transition = "epoch_boundary: fitting.between_epochs -> finished [fit_done]"
     problems = check_path(records)
     assert "seq 1: 'begin: fitting.setup -> finished' is not a declared transition" in problems
-    val_check = "val_check: fitting.training -> fitting.validating [should_check_val]"
+    val_check = "val_check: fitting.training -> fitting.validating [val_batches_counted]"
     assert f"seq 5: '{val_check}' ended in 'finished'" in problems
     assert (
         "seq 8: 'epoch_boundary: fitting.between_epochs -> finished [fit_done]' ended in 'fitting.training'" in problems

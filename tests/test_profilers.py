@@ -62,7 +62,7 @@ def test_simple_profiler_writes_one_report_per_entry_point_into_the_log_dir(tmp_
     assert fit["[LightningModule]TinyModel.validation_step"][1] == str(2 + 2 * TRAIN_BATCHES)
     # the machine's own transitions and callbacks, from the history
     assert fit["[Transition]fit: idle -> fitting.setup"][1] == "1"
-    assert fit["[Transition]val_check: fitting.training -> fitting.validating [should_check_val]"][1] == "2"
+    assert fit["[Transition]val_check: fitting.training -> fitting.validating [val_batches_counted]"][1] == "2"
     assert fit["[Machine]configure_optimizers"][1] == "1"
     assert "test_step" not in fit_report
 

@@ -25,7 +25,7 @@ FIT_PATH = (
     "sanity_check_done: fitting.sanity_checking -> fitting.train_setup",
     "train_ready: fitting.train_setup -> fitting.between_epochs [not fit_done]",
     "epoch_boundary: fitting.between_epochs -> fitting.training [not fit_done]",
-    "val_check: fitting.training -> fitting.validating [should_check_val]",
+    "val_check: fitting.training -> fitting.validating [val_batches_counted]",
     "validation_done: fitting.validating -> fitting.training",
     "epoch_done: fitting.training -> fitting.between_epochs",
     "epoch_boundary: fitting.between_epochs -> finished [fit_done]",

@@ -179,7 +179,7 @@ class Flow:
         if all_ranks is not None and self._multi_process:
             value = self.context.agree(value, all_ranks)
         tally[value] += 1
-        return value, result if isinstance(result, str) else None
+        return value, _reason(result)
 
     def poller(self, trigger: str) -> Callable[[], bool]:
         """The poll of `trigger` in the current state, a function built once per (trigger, state): each call
@@ -192,21 +192,32 @@ class Flow:
         return poller
 
     def _build_poller(self, trigger: str, candidates: list[tuple[str | None, bool]]) -> Callable[[], bool]:
-        if len(candidates) != 1 or candidates[0][0] is None:
+        names = [name for name, negated in candidates if name is not None and not negated]
+        plain = len(names) == len(candidates) == len(set(names)) and all(self._guards[n][1] is None for n in names)
+        if not plain:
             return partial(self._poll_candidates, trigger, candidates)
-        # One guarded candidate (the per-batch `val_check`): no loop, no dict unless it fires.
-        [(name, negated)] = candidates
-        assert name is not None
-        evaluate = self.evaluate
+        # Distinct, positive guards that no rank must agree on (the per-batch `val_check`): asked in order with
+        # `evaluate`'s steps written out, so a poll that finds none passing costs one call per guard.
+        guards = [(name, self._guards[name][0], self._guards[name][2]) for name in names]
 
-        def poll_one_guard() -> bool:
-            outcome = evaluate(name)
-            if outcome[0] == negated:
-                return False
-            self.fire(trigger, decided={name: outcome})
-            return True
+        def poll_guards() -> bool:
+            context = self.context
+            for name, predicate, tally in guards:
+                result = predicate(context)
+                if result:
+                    tally[True] += 1
+                    self._fire_polled(trigger, names, name, result)
+                    return True
+                tally[False] += 1
+            return False
 
-        return poll_one_guard
+        return poll_guards
+
+    def _fire_polled(self, trigger: str, names: list[str], passed: str, result: Any) -> None:
+        """Fire `trigger` for a poll in which guard `passed` passed, returning `result`: those before it failed."""
+        decided: dict[str, tuple[bool, str | None]] = {name: (False, None) for name in names[: names.index(passed)]}
+        decided[passed] = (True, _reason(result))
+        self.fire(trigger, decided=decided)
 
     def _poll_candidates(self, trigger: str, candidates: list[tuple[str | None, bool]]) -> bool:
         decided: dict[str, tuple[bool, str | None]] = {}
@@ -391,3 +402,8 @@ def _nested_states(table: MachineTable) -> list[Any]:
             top.append(parents[state.parent])
         parents[state.parent]["children"].append(state.leaf)
     return top
+
+
+def _reason(result: Any) -> str | None:
+    """A guard that returns a string gives the reason recorded with its outcome."""
+    return result if isinstance(result, str) else None

@@ -507,8 +507,12 @@ _TRANSITIONS = (
     TransitionSpec(
         trigger="epoch_boundary", source="fitting.between_epochs", dest="fitting.training", guard="not fit_done"
     ),
-    # The epoch pauses for each validation it schedules, and goes on from that batch after it.
-    TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.validating", guard="should_check_val"),
+    # The epoch pauses for each validation it schedules, and goes on from that batch after it. Polled after every
+    # batch; one edge per rule that schedules a validation, asked in this order.
+    *(
+        TransitionSpec(trigger="val_check", source="fitting.training", dest="fitting.validating", guard=guard)
+        for guard in ("validates_at_epoch_end", "validates_before_stop", "val_time_elapsed", "val_batches_counted")
+    ),
     TransitionSpec(trigger="validation_done", source="fitting.validating", dest="fitting.training"),
     TransitionSpec(trigger="epoch_done", source="fitting.training", dest="fitting.between_epochs"),
     *(
@@ -550,10 +554,26 @@ _GUARDS = (
         collective="any",
         doc="a stop condition holds; its value is the reason",
     ),
+    # The val_check guards need no collective: their rank-local inputs (should_stop, the clock) are agreed per batch.
     GuardSpec(
-        name="should_check_val",
-        path="statemachine.guards:should_check_val",
-        doc="validation runs after the batch that just finished (its rank-local inputs are agreed per batch)",
+        name="validates_at_epoch_end",
+        path="statemachine.guards:validates_at_epoch_end",
+        doc="the epoch's last batch ran, and its end is not counted in batches (data without a length)",
+    ),
+    GuardSpec(
+        name="validates_before_stop",
+        path="statemachine.guards:validates_before_stop",
+        doc="should_stop is set and the minimums are met: validate once more before fit stops",
+    ),
+    GuardSpec(
+        name="val_time_elapsed",
+        path="statemachine.guards:val_time_elapsed",
+        doc="validation is scheduled by time and the interval has passed",
+    ),
+    GuardSpec(
+        name="val_batches_counted",
+        path="statemachine.guards:val_batches_counted",
+        doc="the val_check_interval-th batch ran (at 1.0, the epoch's last of a loader with a length)",
     ),
 )
 
