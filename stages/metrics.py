@@ -238,6 +238,7 @@ class MetricsCollector:
         self._logged: dict[str, Tensor] = {}
         self._progress: dict[str, Tensor] = {}  # tensors until read: reading syncs the device
         self._bucket_by_state: dict[str, dict[str, _Entry] | None] = {}
+        self._flags_by_call: dict[tuple[str, bool | None, bool | None], tuple[bool, bool]] = {}
         self._syncing = False  # some value is logged with sync_dist in a multi-process run
         self._warned_not_floating: set[tuple[str, str]] = set()
         self.current_batch: Any = None
@@ -318,7 +319,11 @@ class MetricsCollector:
         bucket = self._bucket_by_state[state] if state in self._bucket_by_state else self._bucket_for(state)
         if bucket is None:
             raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
-        step, epoch = _flags(fx, on_step, on_epoch)
+        call = (fx, on_step, on_epoch)
+        flags = self._flags_by_call.get(call)
+        if flags is None:  # decided once per hook and flags: a step logs the same way every batch
+            flags = self._flags_by_call[call] = _flags(fx, on_step, on_epoch)
+        step, epoch = flags
         metric = None if isinstance(value, Tensor) or not _is_torchmetric(value) else value
         if metric is not None:
             tensor = _metric_step_value(value)
