@@ -142,6 +142,12 @@ class FitValidation:
         return "validation_done"
 
 
+def run_val_setup(run: RunView) -> str:
+    """`fitting.val_setup`: the first epoch validates, so its loaders are requested before `on_train_start`."""
+    run.fit_validation.load_loaders()
+    return "val_ready"
+
+
 def run_sanity_check(run: RunView) -> str:
     return run.fit_validation.run_sanity_check()
 
@@ -164,7 +170,7 @@ def _run_standalone(run: RunView, kind: str, progress: BatchProgress) -> str:
         trainer.num_test_batches = counts
     results = evaluate(trainer, kind, loaders, counts, progress)
     run.results = results
-    if run.verbose and trainer.is_global_zero and results:
+    if run.verbose and trainer.is_global_zero and any(results):  # nothing logged: no table
         print(format_results(results, kind))
     return "finish"
 

@@ -32,8 +32,12 @@ _log = logging.getLogger(__name__)
 
 def connect_model(run: Run) -> None:
     """Attach the model and data of this run, so hooks and dataloader resolution can see them; hyperparameters
-    a checkpoint could not hold are dropped first."""
+    a checkpoint could not hold are dropped first. The loaders the last call left in `trainer.train_dataloader`,
+    `.val_dataloaders`, `.test_dataloaders` and `.predict_dataloaders` are forgotten: they show this call's."""
     hparams.clean_namespace(run.model.hparams)
+    trainer = run.trainer
+    run.fit_loop.loaded_train = None
+    trainer.val_dataloaders = trainer.test_dataloaders = trainer.predict_dataloaders = None
     run.connect()
 
 

@@ -19,7 +19,14 @@ pytest_plugins = ["pytester"]
 DECLARED = [t.key for t in TABLE.transitions]
 FIT = "fit: idle -> fitting.setup"
 BEGIN = "begin: fitting.setup -> fitting.sanity_checking [should_sanity_check]"
-GUARDS = ["resumes_inside_epoch", "resumes_mid_epoch", "should_sanity_check", "fit_done", "should_check_val"]
+GUARDS = [
+    "resumes_inside_epoch",
+    "resumes_mid_epoch",
+    "should_sanity_check",
+    "needs_val_loaders",
+    "fit_done",
+    "should_check_val",
+]
 
 
 def test_percent_counts_declared_transitions_that_fired() -> None:
