@@ -206,15 +206,20 @@ def warn_if_no_training_batches(loader: Any, num_batches: int | float) -> None:
 def train_loader(loaders: Any) -> Any:
     """Several training loaders run together, by default as long as the longest (`max_size_cycle`)."""
     if isinstance(loaders, CombinedLoader):
-        if loaders.mode == "sequential":
-            raise MisconfigurationException(
-                "CombinedLoader(mode='sequential') is not supported yet for training; use 'max_size_cycle', "
-                "'min_size' or 'max_size'"
-            )
         return loaders
     if isinstance(loaders, Mapping | list | tuple):
         return CombinedLoader(loaders, "max_size_cycle")
     return loaders
+
+
+def check_training_mode(loader: Any) -> None:
+    """A training epoch cannot run a `sequential` CombinedLoader (one loader after the other): refused when the
+    epoch starts to fetch, after its start hooks."""
+    if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
+        raise ValueError(
+            '`_FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: '
+            "['min_size', 'max_size_cycle', 'max_size'] (training runs its loaders together, not one after another)"
+        )
 
 
 def fetch(
@@ -306,7 +311,7 @@ def _transfer_through_hooks(trainer: TrainerView, batch: Any, dataloader_idx: in
     for name in _TRANSFER_HOOKS:
         args = (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
         if datamodule is not None and is_overridden(name, datamodule, LightningDataModule):
-            batch = getattr(datamodule, name)(*args)
+            batch = hooks.datamodule(name, *args)  # timed by a profiler as the DataModule's hook
         elif name == "transfer_batch_to_device" or hooks.module_overrides(name):
             batch = hooks.module(name, *args)
     # A true precision (e.g. bf16-true) casts the floating-point inputs after the hooks, as the step sees them.
@@ -327,12 +332,12 @@ def without_shuffling(loader: Any) -> Any:
 
 
 def set_sampler_epoch(loader: Any, epoch: int) -> None:
-    """Samplers that shuffle per epoch (such as DistributedSampler) learn the epoch before it starts."""
+    """Samplers that shuffle per epoch (such as DistributedSampler) learn the epoch before it starts (before each
+    evaluation run too): the loader's sampler and its batch sampler's sampler, once each when they are one."""
     for member in loader.flattened if isinstance(loader, CombinedLoader) else [loader]:
-        for sampler in (
-            getattr(member, "sampler", None),
-            getattr(getattr(member, "batch_sampler", None), "sampler", None),
-        ):
-            set_epoch = getattr(sampler, "set_epoch", None)
+        sampler = getattr(member, "sampler", None)
+        inner = getattr(getattr(member, "batch_sampler", None), "sampler", None)
+        for each in (sampler,) if inner is sampler else (sampler, inner):
+            set_epoch = getattr(each, "set_epoch", None)
             if set_epoch is not None:
                 set_epoch(epoch)

@@ -352,6 +352,7 @@ class FitLoop:
             positioned = partial(rng.restore, saved)
         else:
             self.epoch_start_rng = rng.capture()
+        data.check_training_mode(self._train_loader)
         batches = data.fetch(
             self._train_loader,
             self.num_training_batches,
@@ -458,10 +459,17 @@ class FitLoop:
         return self._automatic_step
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
-        """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""
-        hooks = run_of(self.trainer).hooks
-        hooks.callbacks("on_train_batch_start", batch, batch_idx)
-        return bool(hooks.module("on_train_batch_start", batch, batch_idx) == -1)
+        """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch. That batch
+        counts as the epoch's last although nothing ran: as in Lightning, its step-interval LR schedulers step by
+        its index, and the epoch-interval ones for the epoch."""
+        run = run_of(self.trainer)
+        run.hooks.callbacks("on_train_batch_start", batch, batch_idx)
+        if not bool(run.hooks.module("on_train_batch_start", batch, batch_idx) == -1):
+            return False
+        if self.automatic and run.optimization.lr_scheduler_configs:
+            run.optimization.step_schedulers("step", self.batch_idx + 1, plateau=False)
+            run.optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
+        return True
 
     def _batch_end(self, outputs: dict[str, Any], batch: Any, batch_idx: int) -> None:
         hooks = run_of(self.trainer).hooks

@@ -213,3 +213,181 @@ def test_a_reload_requests_the_validation_loader_in_the_validation_that_uses_it(
     quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=2, reload_dataloaders_every_n_epochs=1).fit(model)
     sanity = ("val_dataloader", RunningStage.SANITY_CHECKING, TrainerFn.FITTING, True, False)
     assert model.requests == [sanity, TRAIN, TRAIN_START, TRAIN, VAL]
+
+
+# ---- 5. set_epoch on the samplers of every loader ------------------------------------------------------------
+
+
+class EpochSampler(torch.utils.data.SequentialSampler):
+    """Records each `set_epoch` call under its name."""
+
+    def __init__(self, data: Any, name: str, calls: list[tuple[str, int]]) -> None:
+        super().__init__(data)
+        self.name, self.calls = name, calls
+
+    def set_epoch(self, epoch: int) -> None:
+        self.calls.append((self.name, epoch))
+
+
+def _epoch_loader(name: str, calls: list[tuple[str, int]], batch_sampler: bool = False) -> DataLoader:
+    data = make_loader().dataset
+    sampler = EpochSampler(data, name, calls)
+    if batch_sampler:
+        return DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(sampler, 8, drop_last=False))
+    return DataLoader(data, sampler=sampler, batch_size=8)
+
+
+@pytest.mark.parametrize("batch_sampler", [False, True], ids=["sampler", "batch-sampler"])
+def test_set_epoch_reaches_every_loader_once_before_each_run(tmp_path: Path, batch_sampler: bool) -> None:
+    calls: list[tuple[str, int]] = []
+
+    class Marks(TinyModel):
+        def on_validation_start(self) -> None:
+            calls.append(("validation_start", self.current_epoch))
+
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_val_batches=1)
+    model = Marks()
+    trainer.fit(model, _epoch_loader("train", calls, batch_sampler), _epoch_loader("val", calls, batch_sampler))
+    assert calls == [
+        ("val", 0),  # the sanity check
+        ("validation_start", 0),
+        ("train", 0),
+        ("val", 0),
+        ("validation_start", 0),
+        ("train", 1),
+        ("val", 1),
+        ("validation_start", 1),
+    ]
+    calls.clear()
+    trainer.validate(model, _epoch_loader("validate", calls, batch_sampler))
+    trainer.test(model, _epoch_loader("test", calls, batch_sampler), verbose=False)
+    trainer.predict(model, _epoch_loader("predict", calls, batch_sampler))
+    assert calls == [("validate", 2), ("validation_start", 2), ("test", 2), ("predict", 2)]
+
+
+# ---- 8. a sequential CombinedLoader for training: see tests/test_combined_loader.py ---------------------------
+# ---- 12. DataModule hooks under the profiler ------------------------------------------------------------------
+
+
+class TransferringData(L.LightningDataModule):
+    def prepare_data(self) -> None:
+        pass
+
+    def setup(self, stage: str) -> None:
+        pass
+
+    def teardown(self, stage: str) -> None:
+        pass
+
+    def train_dataloader(self) -> DataLoader:
+        return make_loader()
+
+    def val_dataloader(self) -> DataLoader:
+        return make_loader()
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+
+def test_the_simple_profiler_times_datamodule_hooks_under_their_datamodule_names(tmp_path: Path) -> None:
+    profiler = L.profilers.SimpleProfiler()
+    trainer = quiet_trainer(tmp_path, profiler=profiler, limit_train_batches=1, limit_val_batches=1)
+    trainer.fit(TinyModel(), datamodule=TransferringData())
+    names = {name for name in profiler.recorded_durations if name.startswith("[LightningDataModule]")}
+    hooks = [
+        "prepare_data",
+        "setup",
+        "train_dataloader",
+        "val_dataloader",
+        "on_before_batch_transfer",
+        "transfer_batch_to_device",
+        "on_after_batch_transfer",
+        "teardown",
+    ]
+    assert names == {f"[LightningDataModule]TransferringData.{hook}" for hook in hooks}
+
+
+# ---- 15. on_train_batch_start returning -1, and the LR schedulers ---------------------------------------------
+
+
+class SkipsRestOfEpoch(TinyModel):
+    """Halves the LR per scheduler step; `on_train_batch_start` returns -1 at batch `skip_at`."""
+
+    def __init__(self, interval: str, frequency: int = 1, skip_at: int = 2) -> None:
+        super().__init__()
+        self.interval, self.frequency, self.skip_at = interval, frequency, skip_at
+        self.lrs: list[float] = []
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        return -1 if batch_idx == self.skip_at else None
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        config = {"scheduler": scheduler, "interval": self.interval, "frequency": self.frequency}
+        return {"optimizer": optimizer, "lr_scheduler": config}
+
+    def on_train_epoch_end(self) -> None:
+        self.lrs.append(self.optimizers().param_groups[0]["lr"])
+
+
+@pytest.mark.parametrize(
+    ("interval", "frequency", "skip_at", "lrs", "steps"),
+    [
+        ("epoch", 1, 2, [0.5, 0.25, 0.125], 6),
+        ("epoch", 2, 2, [1.0, 0.5, 0.5], 6),
+        ("step", 1, 2, [0.5**3, 0.5**6, 0.5**9], 6),  # two steps, and one for the skipped batch
+        ("step", 2, 2, [0.5, 0.25, 0.125], 6),  # batch 1 steps; the skipped batch 2 (index 3) does not
+        ("step", 1, 0, [0.5, 0.25, 0.125], 0),  # nothing trains, yet the skipped batch steps the scheduler
+        ("epoch", 1, 0, [0.5, 0.25, 0.125], 0),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
+def test_a_skipped_epoch_rest_steps_the_schedulers_as_lightning_does(
+    tmp_path: Path, interval: str, frequency: int, skip_at: int, lrs: list[float], steps: int
+) -> None:
+    model = SkipsRestOfEpoch(interval, frequency, skip_at)
+    trainer = quiet_trainer(tmp_path, max_epochs=3)
+    trainer.fit(model, make_loader(n=48))
+    assert model.lrs == lrs
+    assert trainer.global_step == steps
+
+
+# ---- 16. errors and warnings ------------------------------------------------------------------------------
+
+
+class PredictsNone(TinyModel):
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        return None if batch_idx % 2 else 1
+
+
+@pytest.mark.parametrize("return_predictions", [True, False])
+def test_a_predict_step_returning_none_warns_once(tmp_path: Path, return_predictions: bool) -> None:
+    with pytest.warns(UserWarning, match="predict returned None if it was on purpose, ignore this warning") as caught:
+        result = quiet_trainer(tmp_path).predict(PredictsNone(), make_loader(), return_predictions=return_predictions)
+    assert sum("predict returned None" in str(w.message) for w in caught) == 1
+    assert result == ([1, None, 1, None] if return_predictions else None)
+
+
+@pytest.mark.parametrize("call", ["fit", "validate", "test", "predict"])
+def test_several_loaders_need_a_step_that_takes_dataloader_idx(tmp_path: Path, call: str) -> None:
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1)
+    loaders = [make_loader(), make_loader()]
+    hook, step = {
+        "fit": ("val_dataloader", "validation_step"),
+        "validate": ("val_dataloader", "validation_step"),
+        "test": ("test_dataloader", "test_step"),
+        "predict": ("predict_dataloader", "predict_step"),
+    }[call]
+    expected = rf"You provided multiple `{hook}`, but no `dataloader_idx` argument in `TinyModel.{step}\(\)`"
+    with pytest.raises(RuntimeError, match=expected):
+        if call == "fit":
+            trainer.fit(TinyModel(), make_loader(), loaders)
+        else:
+            getattr(trainer, call)(TinyModel(), loaders)
