@@ -127,6 +127,8 @@ class OptimizationView(Protocol):
 class FitValidationView(Protocol):
     """The validation loaders of a fit (`stages.evaluation.FitValidation`)."""
 
+    loaders: list[Any] | None
+
     @property
     def needs_loaders(self) -> bool: ...
 
@@ -378,6 +380,9 @@ class TrainerView(Protocol):
 
     @property
     def world_size(self) -> int: ...
+
+    @property
+    def num_devices(self) -> int: ...
 
     @property
     def global_rank(self) -> int: ...

@@ -306,6 +306,15 @@ class FitLoop:
     def start_training(self) -> None:
         """`on_train_start`; the first epoch continues the saved one when the resume point says so."""
         trainer = self.trainer
+        # Training does not call model.train(): a (sub)module left in eval mode trains in eval mode, so say so.
+        in_eval = sum(not module.training for module in module_of(trainer).modules())
+        if in_eval:
+            warnings.warn(
+                f"Found {in_eval} module(s) in eval mode at the start of training. This may lead to unexpected "
+                "behavior during training. If this is intentional, you can ignore this warning.",
+                PossibleUserWarning,
+                stacklevel=2,
+            )
         self.automatic = module_of(trainer).automatic_optimization
         run_of(trainer).hooks.callbacks("on_train_start")
         run_of(trainer).hooks.module("on_train_start")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
-from stages import hparams, rng
+from stages import data, hparams, rng
 from stages.callbacks.callback import Callback, checkpoints_last
 from stages.hooks import overridden_steps
 from stages.loggers.logger import Logger
@@ -193,7 +193,17 @@ def end_training(run: Run) -> None:
 
 
 def teardown_internals(run: Run) -> None:
-    """Internal teardown: not a user hook, so it runs on success and on failure."""
+    """Internal teardown: not a user hook, so it runs on success and on failure. The loaders' persistent workers
+    stop with the call, as in Lightning."""
+    trainer = run.trainer
+    for loaders in (
+        run.fit_loop.train_loader,
+        run.fit_validation.loaders,
+        trainer.val_dataloaders,
+        trainer.test_dataloaders,
+        trainer.predict_dataloaders,
+    ):
+        data.shut_down_workers(loaders)
     run.fit_loop.teardown()
     run.fit_validation.teardown()
     module = run.model

@@ -14,6 +14,7 @@ from conftest import TinyModel, make_loader, quiet_trainer
 from torch.utils.data import DataLoader
 
 import statemachine as L
+from stages.exceptions import TrainerWarning
 from statemachine.engine.enums import RunningStage, TrainerFn
 from statemachine.utilities.combined_loader import CombinedLoader
 
@@ -391,3 +392,188 @@ def test_several_loaders_need_a_step_that_takes_dataloader_idx(tmp_path: Path, c
             trainer.fit(TinyModel(), make_loader(), loaders)
         else:
             getattr(trainer, call)(TinyModel(), loaders)
+
+
+# ---- 6. the loader-worker warnings -----------------------------------------------------------------------------
+
+
+def _warnings_of(caught: Any, words: str) -> list[tuple[type, str]]:
+    return [(w.category, str(w.message)) for w in caught if words in str(w.message)]
+
+
+def test_too_few_workers_warn_per_requested_loader_when_cores_allow_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    with pytest.warns(L.PossibleUserWarning) as caught:
+        quiet_trainer(tmp_path, limit_train_batches=1, limit_val_batches=1).fit(
+            TinyModel(), make_loader(), make_loader()
+        )
+        quiet_trainer(tmp_path).test(TinyModel(), make_loader(), verbose=False)
+    advice = "does not have many workers which may be a bottleneck. Consider increasing the value of the `num_workers`"
+    assert _warnings_of(caught, advice) == [
+        (
+            L.PossibleUserWarning,
+            f"The '{name}' {advice} argument` to `num_workers=7` in the `DataLoader` to improve performance.",
+        )
+        for name in ("val_dataloader", "train_dataloader", "test_dataloader")
+    ]
+
+
+def test_suggested_max_num_workers_shares_the_cores_and_keeps_one_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from statemachine.utilities import suggested_max_num_workers
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert [suggested_max_num_workers(n) for n in (1, 2, 4, 8)] == [7, 3, 1, 1]
+    with pytest.raises(ValueError, match="`local_world_size` should be >= 1, got 0."):
+        suggested_max_num_workers(0)
+
+
+def test_no_worker_advice_when_the_cores_leave_no_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_trainer(tmp_path, limit_train_batches=1, limit_val_batches=1).fit(
+            TinyModel(), make_loader(), make_loader()
+        )
+    assert _warnings_of(caught, "workers") == []
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator is found")
+def test_spawned_workers_that_do_not_persist_and_pinned_persistent_ones_under_reloads_warn(tmp_path: Path) -> None:
+    spawn = torch.multiprocessing.get_context("spawn")
+    data = make_loader().dataset
+    train = DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context=spawn)
+    with pytest.warns(UserWarning) as caught:
+        trainer = quiet_trainer(tmp_path, limit_train_batches=1, limit_val_batches=0)
+        trainer.fit(TinyModel(), train)
+    assert _warnings_of(caught, "persistent") == [
+        (
+            TrainerWarning,
+            "Consider setting `persistent_workers=True` in 'train_dataloader' to speed up the dataloader worker "
+            "initialization.",
+        )
+    ]
+    pinned = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True, pin_memory=True)
+    with pytest.warns(L.PossibleUserWarning, match=r"pin_memory=True`, `persistent_workers=True`\) and `Trainer\("):
+        trainer = quiet_trainer(
+            tmp_path, limit_train_batches=1, limit_val_batches=0, reload_dataloaders_every_n_epochs=1
+        )
+        trainer.fit(TinyModel(), pinned)
+
+
+# ---- 7. persistent workers stop with the call -------------------------------------------------------------------
+
+
+def test_persistent_workers_are_shut_down_when_fit_and_validate_return(tmp_path: Path) -> None:
+    import multiprocessing
+
+    data = make_loader().dataset
+    train = DataLoader(data, batch_size=8, num_workers=1, persistent_workers=True)
+    val = DataLoader(data, batch_size=8, num_workers=1, persistent_workers=True)
+    alive: list[int] = []
+
+    class Counts(TinyModel):
+        def on_train_epoch_end(self) -> None:
+            alive.append(len(multiprocessing.active_children()))
+
+    trainer = quiet_trainer(tmp_path, max_epochs=2, num_sanity_val_steps=0)
+    trainer.fit(Counts(), train, val)
+    assert alive == [2, 2]  # both loaders keep their worker between epochs
+    assert multiprocessing.active_children() == []
+    assert train._iterator is None and val._iterator is None
+    trainer.validate(TinyModel(), val, verbose=False)
+    assert multiprocessing.active_children() == [] and val._iterator is None
+
+
+# ---- 9. str(datamodule) --------------------------------------------------------------------------------------
+
+
+def test_a_datamodule_describes_its_loaders_datasets(tmp_path: Path) -> None:
+    class Described(L.LightningDataModule):
+        def train_dataloader(self) -> DataLoader:
+            return make_loader(n=24)
+
+        def val_dataloader(self) -> list[DataLoader]:
+            return [make_loader(n=8), make_loader(n=16)]
+
+        def test_dataloader(self) -> DataLoader:
+            return DataLoader(CountingStream(), batch_size=2)
+
+    class NotReady(L.LightningDataModule):
+        def train_dataloader(self) -> DataLoader:
+            raise RuntimeError("setup() has not run")
+
+    assert str(Described()) == (
+        "{Train dataloader: size=24}\n"
+        "{Validation dataloader: 1. size=8 ; 2. size=16}\n"
+        "{Test dataloader: size=NA}\n"
+        "{Predict dataloader: None}"
+    )
+    assert str(NotReady()) == "\n".join(
+        f"{{{kind} dataloader: None}}" for kind in ("Train", "Validation", "Test", "Predict")
+    )
+    assert repr(NotReady()).startswith("<")  # repr stays the object's
+
+
+class CountingStream(torch.utils.data.IterableDataset):
+    def __iter__(self) -> Any:
+        return iter(range(4))
+
+
+# ---- 13. freeze / unfreeze -------------------------------------------------------------------------------------
+
+
+def test_freeze_and_unfreeze_set_grads_and_modes_of_every_parameter_and_module() -> None:
+    model = TinyModel()
+    model.extra = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout())
+    model.frozen = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+    model.freeze()
+    assert not any(p.requires_grad for p in model.parameters())
+    assert not any(m.training for m in model.modules())
+    model.extra.eval()
+    model.unfreeze()
+    assert all(p.requires_grad for p in model.parameters())  # the one that never had grads gets them too
+    assert all(m.training for m in model.modules())
+
+
+# ---- 14. modules left in eval mode at the start of training ------------------------------------------------
+
+
+def test_modules_in_eval_mode_when_training_starts_warn(tmp_path: Path) -> None:
+    class PartlyFrozen(TinyModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout())
+            self.head.eval()
+
+    expected = (
+        "Found 3 module(s) in eval mode at the start of training. This may lead to unexpected behavior during "
+        "training. If this is intentional, you can ignore this warning."
+    )
+    with pytest.warns(L.PossibleUserWarning) as caught:
+        quiet_trainer(tmp_path, limit_train_batches=1, limit_val_batches=1).fit(
+            PartlyFrozen(), make_loader(), make_loader()
+        )
+    assert _warnings_of(caught, "eval mode") == [(L.PossibleUserWarning, expected)]
+
+
+def test_a_module_put_in_eval_mode_in_on_train_start_is_too_late_to_warn(tmp_path: Path) -> None:
+    import warnings
+
+    class Late(TinyModel):
+        def on_train_start(self) -> None:
+            self.layer.eval()
+
+    class Early(TinyModel):
+        def on_fit_start(self) -> None:
+            self.layer.eval()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_trainer(tmp_path, limit_train_batches=1).fit(Late(), make_loader())
+    assert _warnings_of(caught, "eval mode") == []
+    with pytest.warns(L.PossibleUserWarning, match="Found 1 module"):
+        quiet_trainer(tmp_path, limit_train_batches=1).fit(Early(), make_loader())
