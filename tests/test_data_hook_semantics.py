@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import Boom, TinyModel, make_loader, quiet_trainer
 from torch.utils.data import DataLoader
 
 import statemachine as L
@@ -577,3 +577,82 @@ def test_a_module_put_in_eval_mode_in_on_train_start_is_too_late_to_warn(tmp_pat
     assert _warnings_of(caught, "eval mode") == []
     with pytest.warns(L.PossibleUserWarning, match="Found 1 module"):
         quiet_trainer(tmp_path, limit_train_batches=1).fit(Early(), make_loader())
+
+
+# ---- 4. one process: no sampler is replaced ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_distributed_sampler", [True, False])
+def test_in_one_process_the_loaders_and_their_samplers_stay_the_users(
+    tmp_path: Path, use_distributed_sampler: bool
+) -> None:
+    data = make_loader().dataset
+    shuffled = DataLoader(data, batch_size=8, shuffle=True)
+    own = DataLoader(data, batch_size=8, sampler=torch.utils.data.DistributedSampler(data, num_replicas=2, rank=0))
+    trainer = quiet_trainer(tmp_path, use_distributed_sampler=use_distributed_sampler)
+    trainer.fit(TinyModel(), shuffled, own)
+    assert trainer.train_dataloader is shuffled and isinstance(shuffled.sampler, torch.utils.data.RandomSampler)
+    assert trainer.val_dataloaders is own and trainer.num_val_batches == [2]  # the user's half of 32 rows
+
+
+# ---- 10. the state an interrupted run leaves ------------------------------------------------------------------
+
+
+def test_a_failed_run_leaves_interrupted_its_fn_and_no_stage(tmp_path: Path) -> None:
+    trainer = quiet_trainer(tmp_path)
+    with pytest.raises(Boom):
+        trainer.fit(TinyModel(fail_in="training_step"), make_loader())
+    assert (trainer.state.status, trainer.state.fn, trainer.state.stage) == ("interrupted", "fit", None)
+    assert trainer.interrupted and not trainer.training
+
+
+def test_a_keyboard_interrupt_exits_with_status_one_and_leaves_interrupted(tmp_path: Path) -> None:
+    class CtrlC(TinyModel):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            raise KeyboardInterrupt
+
+    trainer = quiet_trainer(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        trainer.test(CtrlC(), make_loader(), verbose=False)
+    assert exited.value.code == 1
+    # Lightning keeps the stage ("test") here; this project's machine rests in `interrupted`, which has none.
+    assert (trainer.state.status, trainer.state.fn, trainer.state.stage) == ("interrupted", "test", None)
+
+
+# ---- 11. grad mode and module mode around predict_step ---------------------------------------------------------
+
+
+def test_predict_step_its_batch_hooks_and_transfer_hooks_run_in_inference_mode_on_an_eval_module(
+    tmp_path: Path,
+) -> None:
+    seen: dict[str, tuple[bool, bool, bool]] = {}
+
+    class Modes(TinyModel):
+        def _note(self, hook: str) -> None:
+            seen[hook] = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), self.training)
+
+        def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            self._note("on_before_batch_transfer")
+            return batch
+
+        def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+            self._note("on_after_batch_transfer")
+            return batch
+
+        def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None:
+            self._note("on_predict_batch_start")
+
+        def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self._note("predict_step")
+            return super().predict_step(batch, batch_idx)
+
+        def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._note("on_predict_batch_end")
+
+        def on_predict_epoch_end(self) -> None:
+            self._note("on_predict_epoch_end")
+
+    model = Modes()
+    quiet_trainer(tmp_path).predict(model, make_loader())
+    assert seen == dict.fromkeys(seen, (False, True, False)) and len(seen) == 6
+    assert model.training  # and back in train mode after predict
