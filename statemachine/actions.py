@@ -11,7 +11,8 @@ import os
 
 from stages import data, hparams, rng
 from stages.callbacks.callback import Callback, checkpoints_last
-from stages.hooks import overridden_steps
+from stages.datamodule import LightningDataModule
+from stages.hooks import is_overridden, overridden_steps
 from stages.loggers.logger import Logger
 from stages.rank_zero import rank_zero_debug, rank_zero_info
 from stages.resume import ResumePoint
@@ -68,10 +69,15 @@ def setup_profiler(run: Run) -> None:
 
 
 def prepare_data(run: Run) -> None:
+    """The DataModule's, then the module's `prepare_data`, each only where overridden (a profiler shows only
+    those, as Lightning's)."""
     hooks = run.hooks
     if run.strategy.local_rank == 0:
-        hooks.datamodule("prepare_data")
-        hooks.module("prepare_data")
+        datamodule = run.trainer.datamodule
+        if datamodule is not None and is_overridden("prepare_data", datamodule, LightningDataModule):
+            hooks.datamodule("prepare_data")
+        if hooks.module_overrides("prepare_data"):
+            hooks.module("prepare_data")
     run.strategy.barrier("prepare_data")
 
 
@@ -89,8 +95,9 @@ def call_setup_hooks(run: Run) -> None:
 def configure_model(run: Run) -> None:
     """Layers made here are born on the run's device, in the precision's dtype (a no-op unless the module
     overrides the hook)."""
-    with run.strategy.tensor_init_context():
-        run.hooks.module("configure_model")
+    if run.hooks.module_overrides("configure_model"):
+        with run.strategy.tensor_init_context():
+            run.hooks.module("configure_model")
 
 
 def restore_weights_and_callbacks(run: Run) -> None:

@@ -314,6 +314,47 @@ def test_the_simple_profiler_times_datamodule_hooks_under_their_datamodule_names
     assert names == {f"[LightningDataModule]TransferringData.{hook}" for hook in hooks}
 
 
+class StatefulData(L.LightningDataModule):
+    def train_dataloader(self) -> DataLoader:
+        return make_loader()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": 1}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    def on_exception(self, exception: BaseException) -> None:
+        pass
+
+
+def _datamodule_actions(profiler: Any) -> list[str]:
+    prefix = "[LightningDataModule]StatefulData."
+    return sorted(name.removeprefix(prefix) for name in profiler.recorded_durations if name.startswith(prefix))
+
+
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the resume saves into a folder of its own
+def test_checkpoint_and_exception_hooks_of_a_datamodule_are_profiled_and_no_default_prepare_data(
+    tmp_path: Path,
+) -> None:
+    profiler = L.profilers.SimpleProfiler()
+    trainer = quiet_trainer(tmp_path, profiler=profiler, limit_train_batches=1, enable_checkpointing=True)
+    trainer.fit(TinyModel(), datamodule=StatefulData())
+    assert _datamodule_actions(profiler) == ["setup", "state_dict", "teardown", "train_dataloader"]
+    saved = trainer.checkpoint_callback.best_model_path
+    profiler = L.profilers.SimpleProfiler()
+    resumed = quiet_trainer(
+        tmp_path / "resumed", profiler=profiler, max_epochs=2, limit_train_batches=1, enable_checkpointing=True
+    )
+    resumed.fit(TinyModel(), datamodule=StatefulData(), ckpt_path=saved)
+    assert "load_state_dict" in _datamodule_actions(profiler)
+    profiler = L.profilers.SimpleProfiler()
+    with pytest.raises(Boom):
+        quiet_trainer(tmp_path, profiler=profiler).fit(TinyModel(fail_in="training_step"), datamodule=StatefulData())
+    assert _datamodule_actions(profiler) == ["on_exception", "setup", "train_dataloader"]
+    assert not any(name.endswith((".prepare_data", ".configure_model")) for name in profiler.recorded_durations)
+
+
 # ---- 15. on_train_batch_start returning -1, and the LR schedulers ---------------------------------------------
 
 
