@@ -5,6 +5,7 @@ schedulers, and the warning for predictions that are None."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -697,3 +698,14 @@ def test_predict_step_its_batch_hooks_and_transfer_hooks_run_in_inference_mode_o
     quiet_trainer(tmp_path).predict(model, make_loader())
     assert seen == dict.fromkeys(seen, (False, True, False)) and len(seen) == 6
     assert model.training  # and back in train mode after predict
+
+
+@pytest.mark.parametrize("hook", ["on_predict_start", "on_predict_batch_end"])
+def test_self_log_in_a_predict_hook_raises_lightnings_words(tmp_path: Path, hook: str) -> None:
+    def log(self: TinyModel, *args: Any) -> None:
+        self.log("x", 1.0)
+
+    model = type("LogsWhilePredicting", (TinyModel,), {hook: log})()
+    words = "You are trying to `self.log()` but the loop's result collection is not registered yet"
+    with pytest.raises(L.MisconfigurationException, match=re.escape(words)):
+        quiet_trainer(tmp_path).predict(model, make_loader())
