@@ -116,6 +116,8 @@ def check_workers(trainer: TrainerView, loader: DataLoader, name: str) -> None:
 def shut_down_workers(loaders: Any) -> None:
     """Stop the worker processes a loader keeps between epochs (`persistent_workers=True`) once a call is over,
     as Lightning does; the next iteration starts new ones."""
+    # torch has no public way to stop them: a DataLoader keeps its persistent iterator in `_iterator`, and that
+    # iterator's `_shutdown_workers` is what its own `__del__` calls.
     for loader in loaders_in(loaders):
         iterator = loader.__dict__.get("_iterator")
         if iterator is not None:
