@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
@@ -17,7 +19,7 @@ from stages import samplers, seed
 from stages.combined_loader import CombinedLoader, length
 from stages.contract import run_of
 from stages.datamodule import LightningDataModule
-from stages.exceptions import MisconfigurationException, TrainerWarning
+from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
 
@@ -53,12 +55,76 @@ def request(trainer: TrainerView, kind: str) -> Any:
         given = hooks.datamodule(hook) if trainer.datamodule is not None else hooks.module(hook)
         check_returned(type(owner).__name__, hook, given)
     seed.add_worker_seeding(given, trainer.global_rank)
+    for loader in loaders_in(given):
+        check_workers(trainer, loader, f"{kind}_dataloader")
     if trainer.use_distributed_sampler and trainer.strategy.is_distributed:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0
         split = trainer.strategy.distributed_sampler_kwargs  # the data-parallel ranks, which may be fewer
         return samplers.distribute(given, kind, split["num_replicas"], split["rank"], shuffle)
     return given
+
+
+def loaders_in(loaders: Any) -> list[DataLoader]:
+    """The DataLoaders of one loader, a list, tuple or dict of them, or a CombinedLoader."""
+    if isinstance(loaders, CombinedLoader):
+        members = loaders.flattened
+    elif isinstance(loaders, Mapping):
+        members = list(loaders.values())
+    else:
+        members = list(loaders) if isinstance(loaders, list | tuple) else [loaders]
+    return [member for member in members if isinstance(member, DataLoader)]
+
+
+def suggested_max_num_workers(local_world_size: int) -> int:
+    """Workers a loader could use: this machine's cores shared by its processes, one core left to each process."""
+    if local_world_size < 1:
+        raise ValueError(f"`local_world_size` should be >= 1, got {local_world_size}.")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // local_world_size - 1)
+
+
+def check_workers(trainer: TrainerView, loader: DataLoader, name: str) -> None:
+    """Lightning's advice on a loader's workers, when it is requested: spawned workers that restart every epoch,
+    too few workers for the cores there are, and pinned persistent workers that reloads destabilise."""
+    workers = loader.num_workers
+    context = loader.multiprocessing_context
+    start_method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    if workers > 0 and start_method == "spawn" and not loader.persistent_workers:
+        warnings.warn(
+            f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker initialization.",
+            TrainerWarning,
+            stacklevel=3,
+        )
+    elif workers < 2 and (suggested := suggested_max_num_workers(trainer.num_devices)) > 1:
+        warnings.warn(
+            f"The '{name}' does not have many workers which may be a bottleneck. Consider increasing the value of "
+            f"the `num_workers` argument` to `num_workers={suggested}` in the `DataLoader` to improve performance.",
+            PossibleUserWarning,
+            stacklevel=3,
+        )
+    if loader.persistent_workers and loader.pin_memory and trainer.reload_dataloaders_every_n_epochs > 0:
+        warnings.warn(
+            "The combination of `DataLoader(`pin_memory=True`, `persistent_workers=True`) and `Trainer("
+            "reload_dataloaders_every_n_epochs > 0)` can lead to instability due to limitations in PyTorch "
+            "(https://github.com/pytorch/pytorch/issues/91252). We recommend setting `pin_memory=False` in this case.",
+            PossibleUserWarning,
+            stacklevel=3,
+        )
+
+
+def shut_down_workers(loaders: Any) -> None:
+    """Stop the worker processes a loader keeps between epochs (`persistent_workers=True`) once a call is over,
+    as Lightning does; the next iteration starts new ones."""
+    # torch has no public way to stop them: a DataLoader keeps its persistent iterator in `_iterator`, and that
+    # iterator's `_shutdown_workers` is what its own `__del__` calls.
+    for loader in loaders_in(loaders):
+        iterator = loader.__dict__.get("_iterator")
+        if iterator is not None:
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            loader._iterator = None
 
 
 def check_argument(method: str, name: str, value: Any) -> None:
@@ -206,15 +272,20 @@ def warn_if_no_training_batches(loader: Any, num_batches: int | float) -> None:
 def train_loader(loaders: Any) -> Any:
     """Several training loaders run together, by default as long as the longest (`max_size_cycle`)."""
     if isinstance(loaders, CombinedLoader):
-        if loaders.mode == "sequential":
-            raise MisconfigurationException(
-                "CombinedLoader(mode='sequential') is not supported yet for training; use 'max_size_cycle', "
-                "'min_size' or 'max_size'"
-            )
         return loaders
     if isinstance(loaders, Mapping | list | tuple):
         return CombinedLoader(loaders, "max_size_cycle")
     return loaders
+
+
+def check_training_mode(loader: Any) -> None:
+    """A training epoch cannot run a `sequential` CombinedLoader (one loader after the other): refused when the
+    epoch starts to fetch, after its start hooks."""
+    if isinstance(loader, CombinedLoader) and loader.mode == "sequential":
+        raise ValueError(
+            '`_FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: '
+            "['min_size', 'max_size_cycle', 'max_size'] (training runs its loaders together, not one after another)"
+        )
 
 
 def fetch(
@@ -323,7 +394,7 @@ def _transfer_through_hooks(trainer: TrainerView, batch: Any, dataloader_idx: in
     for name in _TRANSFER_HOOKS:
         args = (batch, device, dataloader_idx) if name == "transfer_batch_to_device" else (batch, dataloader_idx)
         if datamodule is not None and is_overridden(name, datamodule, LightningDataModule):
-            batch = getattr(datamodule, name)(*args)
+            batch = hooks.datamodule(name, *args)  # timed by a profiler as the DataModule's hook
         elif name == "transfer_batch_to_device" or hooks.module_overrides(name):
             batch = hooks.module(name, *args)
     # A true precision (e.g. bf16-true) casts the floating-point inputs after the hooks, as the step sees them.
@@ -344,12 +415,12 @@ def without_shuffling(loader: Any) -> Any:
 
 
 def set_sampler_epoch(loader: Any, epoch: int) -> None:
-    """Samplers that shuffle per epoch (such as DistributedSampler) learn the epoch before it starts."""
+    """Samplers that shuffle per epoch (such as DistributedSampler) learn the epoch before it starts (before each
+    evaluation run too): the loader's sampler and its batch sampler's sampler, once each when they are one."""
     for member in loader.flattened if isinstance(loader, CombinedLoader) else [loader]:
-        for sampler in (
-            getattr(member, "sampler", None),
-            getattr(getattr(member, "batch_sampler", None), "sampler", None),
-        ):
-            set_epoch = getattr(sampler, "set_epoch", None)
+        sampler = getattr(member, "sampler", None)
+        inner = getattr(getattr(member, "batch_sampler", None), "sampler", None)
+        for each in (sampler,) if inner is sampler else (sampler, inner):
+            set_epoch = getattr(each, "set_epoch", None)
             if set_epoch is not None:
                 set_epoch(epoch)

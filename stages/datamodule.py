@@ -12,8 +12,16 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from stages import saving
 from stages.class_only import class_only
+from stages.combined_loader import CombinedLoader
 from stages.exceptions import MisconfigurationException
 from stages.hparams import HyperparametersMixin
+
+
+def _dataset_size(loader: Any) -> str:
+    try:
+        return f"size={len(loader.dataset)}"
+    except (AttributeError, TypeError):  # no dataset, or one without a length (an IterableDataset)
+        return "size=NA"
 
 
 class LightningDataModule(HyperparametersMixin):
@@ -25,6 +33,28 @@ class LightningDataModule(HyperparametersMixin):
         self.trainer: Any = None
         self.prepare_data_per_node = True
         self._init_hparams()
+
+    def __str__(self) -> str:
+        """Lightning's description of the loaders: one `{Train dataloader: size=N}` line per kind, the size being
+        each loader's dataset length (`NA` without one, `1. size=N ; 2. size=M` for several loaders, `None` where
+        the hook gives none yet)."""
+        kinds = (("train", "Train"), ("val", "Validation"), ("test", "Test"), ("predict", "Predict"))
+        return "\n".join(f"{{{title} dataloader: {self._describe_loaders(kind)}}}" for kind, title in kinds)
+
+    def _describe_loaders(self, kind: str) -> str:
+        try:
+            loaders = getattr(self, f"{kind}_dataloader")()
+        except Exception:  # not implemented, switched off, or its data is not set up yet: Lightning shows None
+            return "None"
+        if isinstance(loaders, CombinedLoader):
+            loaders = loaders.iterables
+        if isinstance(loaders, Mapping):
+            loaders = list(loaders.values())
+        if loaders is None:
+            return "None"
+        if not isinstance(loaders, list | tuple):
+            return _dataset_size(loaders)
+        return " ; ".join(f"{index}. {_dataset_size(loader)}" for index, loader in enumerate(loaders, 1))
 
     def prepare_data(self) -> None:
         """Download or write data once per node (override it)."""

@@ -11,6 +11,7 @@ from stages import data
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
 from stages.eval_batches import calls, run_batches
+from stages.hooks import check_takes_dataloader_idx
 from stages.loop_rules import sigterm_stops_evaluation
 from stages.progress import BatchProgress
 from stages.training import SIGTERMException
@@ -49,6 +50,8 @@ def evaluate(
     module = module_of(trainer)
     # The whole loop, its start and end hooks included, runs without autograd (inference mode outside fit).
     grad_mode = torch.inference_mode() if trainer.inference_mode and not in_fit else torch.no_grad()
+    for loader in loaders:
+        data.set_sampler_epoch(loader, trainer.current_epoch)
     with grad_mode:
         progress.reset_current()  # before the start hooks, which read this run's counters
         module._record_modes()
@@ -71,6 +74,8 @@ def evaluate(
             if sigterm_stops_evaluation(trainer) and not (is_last and (fetching or dataloader_idx == last_loader)):
                 raise SIGTERMException()
 
+        if not fetching:
+            check_takes_dataloader_idx(module, _BATCH_HOOKS[noun][1], f"{kind}_dataloader", len(loaders))
         batch_calls = calls(trainer, loaders, num_batches, kind, fetching)
         run_batches(trainer, _BATCH_HOOKS[noun], batch_calls, fetching, len(loaders), progress, before, after)
         metrics.num_dataloaders, metrics.dataloader_idx = 1, 0
@@ -147,6 +152,12 @@ class FitValidation:
         return "validation_done"
 
 
+def run_val_setup(run: RunView) -> str:
+    """`fitting.val_setup`: the first epoch validates, so its loaders are requested before `on_train_start`."""
+    run.fit_validation.load_loaders()
+    return "val_ready"
+
+
 def run_sanity_check(run: RunView) -> str:
     return run.fit_validation.run_sanity_check()
 
@@ -169,7 +180,7 @@ def _run_standalone(run: RunView, kind: str, progress: BatchProgress) -> str:
         trainer.num_test_batches = counts
     results = evaluate(trainer, kind, loaders, counts, progress)
     run.results = results
-    if run.verbose and trainer.is_global_zero and results:
+    if run.verbose and trainer.is_global_zero and any(results):  # nothing logged: no table
         print(format_results(results, kind))
     return "finish"
 

@@ -59,6 +59,22 @@ def takes_batch_idx(step: Any) -> bool:
     )
 
 
+def check_takes_dataloader_idx(module: Any, step: str, loader_hook: str, num_loaders: int) -> None:
+    """Several loaders pass `dataloader_idx` to the step: a step with no room for it is refused before it runs."""
+    if num_loaders < 2:
+        return
+    try:
+        parameters = inspect.signature(getattr(module, step)).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read: the call itself will tell
+    if any(p.name == "dataloader_idx" or p.kind is p.VAR_POSITIONAL for p in parameters):
+        return
+    raise RuntimeError(
+        f"You provided multiple `{loader_hook}`, but no `dataloader_idx` argument in "
+        f"`{type(module).__name__}.{step}()`. Try adding `dataloader_idx=0` to its signature."
+    )
+
+
 def is_monitoring(callback: Callback) -> bool:
     """Monitoring callbacks run after the module in `on_train_epoch_end`."""
     return isinstance(callback, Checkpoint | EarlyStopping)

@@ -318,7 +318,11 @@ class MetricsCollector:
         state = run_of(self.trainer).flow.machine_state
         bucket = self._bucket_by_state[state] if state in self._bucket_by_state else self._bucket_for(state)
         if bucket is None:
-            raise MisconfigurationException(f"self.log({name!r}) is not allowed while predicting")
+            raise MisconfigurationException(
+                "You are trying to `self.log()` but the loop's result collection is not registered yet. This is most "
+                "likely because you are trying to log in a `predict` hook, but it doesn't support logging "
+                f"(self.log({name!r}) while predicting)"
+            )
         call = (fx, on_step, on_epoch)
         flags = self._flags_by_call.get(call)
         if flags is None:  # decided once per hook and flags: a step logs the same way every batch

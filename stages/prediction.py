@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,8 @@ from stages.callbacks.prediction_writer import BasePredictionWriter
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import takes_dataloader_iter
 from stages.eval_batches import calls, run_batches
+from stages.exceptions import TrainerWarning
+from stages.hooks import check_takes_dataloader_idx
 
 if TYPE_CHECKING:
     from stages.contract import RunView, TrainerView
@@ -69,6 +72,8 @@ def _predict(
     record = run_of(trainer).prediction_record
     # The whole loop, its start and end hooks included, runs without autograd.
     grad_mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+    for loader in loaders:
+        data.set_sampler_epoch(loader, trainer.current_epoch)
     with grad_mode:
         progress.reset_current()  # before the start hooks, which read this run's counters
         module_of(trainer)._record_modes()
@@ -90,10 +95,23 @@ def _predict(
                 if keep_for_writers:
                     record.epoch_batch_indices[dataloader_idx].append(record.current_batch_indices)
 
+        warned = False
+
         def after(prediction: Any, dataloader_idx: int, is_last: bool) -> None:
+            nonlocal warned
+            if prediction is None and not warned:
+                warned = True  # once per run, as Lightning does
+                warnings.warn(
+                    "predict returned None if it was on purpose, ignore this warning... (`predict_step` returned "
+                    "None for a batch)",
+                    TrainerWarning,
+                    stacklevel=2,
+                )
             if keep:
                 outputs[dataloader_idx].append(prediction)
 
+        if not fetching:
+            check_takes_dataloader_idx(module_of(trainer), "predict_step", "predict_dataloader", len(loaders))
         batch_calls = calls(trainer, loaders, counts, "predict", fetching)
         run_batches(trainer, _HOOKS, batch_calls, fetching, len(loaders), progress, before, after)
         hooks.callbacks("on_predict_epoch_end")

@@ -66,7 +66,7 @@ _CLOSURE_ONCE = frozenset(
     }
 )
 # FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader, a collective.
-_NOT_STATE = frozenset({"trainer", "epoch_loop", "_epoch", "_train_loader", "_flags_in_flight"})
+_NOT_STATE = frozenset({"trainer", "epoch_loop", "_epoch", "_train_loader", "loaded_train", "_flags_in_flight"})
 _EPOCH_DONE = object()  # what the running epoch's generator gives once it has ended
 
 
@@ -118,6 +118,9 @@ class FitLoop:
         self.fetches_itself = False  # training_step takes `dataloader_iter`
         self.fetched_in_epoch = 0  # with dataloader_iter: the batches the step fetched this epoch, its loader position
         self._train_loader: Any = None
+        # What `trainer.train_dataloader` shows: the loader this fit loaded, kept after the fit returns (the run's
+        # own reference is dropped at teardown) until the next trainer call starts.
+        self.loaded_train: Any = None
         self._train_loaded_epoch = 0
         self._epoch: Iterator[None] | None = None  # the epoch in progress, paused while a validation runs
         self._continues = False  # the next epoch to run continues the restored one (a mid-epoch resume)
@@ -256,7 +259,9 @@ class FitLoop:
             self._train_loader = ()
             return
         loader = data.train_loader(data.request(trainer, "train"))
-        self._train_loader = data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
+        self._train_loader = self.loaded_train = (
+            data.without_shuffling(loader) if trainer.overfit_batches > 0 else loader
+        )
         self.num_training_batches = data.limited_batches(self._train_loader, limit, "limit_train_batches")
         data.warn_if_no_training_batches(self._train_loader, self.num_training_batches)
         if trainer.loggers and not trainer.fast_dev_run and self.num_training_batches < trainer.log_every_n_steps:
@@ -301,8 +306,15 @@ class FitLoop:
     def start_training(self) -> None:
         """`on_train_start`; the first epoch continues the saved one when the resume point says so."""
         trainer = self.trainer
-        if self.epoch_validates_at(self.current_epoch) and trainer.fit_validation.needs_loaders:
-            trainer.fit_validation.load_loaders()
+        # Training does not call model.train(): a (sub)module left in eval mode trains in eval mode, so say so.
+        in_eval = sum(not module.training for module in module_of(trainer).modules())
+        if in_eval:
+            warnings.warn(
+                f"Found {in_eval} module(s) in eval mode at the start of training. This may lead to unexpected "
+                "behavior during training. If this is intentional, you can ignore this warning.",
+                PossibleUserWarning,
+                stacklevel=2,
+            )
         self.automatic = module_of(trainer).automatic_optimization
         run_of(trainer).hooks.callbacks("on_train_start")
         run_of(trainer).hooks.module("on_train_start")
@@ -326,9 +338,9 @@ class FitLoop:
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
+        # The validation loaders are requested by the validation that needs them (due for a reload, or first used
+        # in this epoch), while the machine is in `fitting.validating`.
         self.epoch_validates = self.epoch_validates_at(self.current_epoch)
-        if self.epoch_validates and trainer.fit_validation.needs_loaders:
-            trainer.fit_validation.load_loaders()
         if not continues:
             self.epoch_progress.increment_ready()
             run_of(trainer).metrics.reset_bucket("train")
@@ -349,6 +361,7 @@ class FitLoop:
             positioned = partial(rng.restore, saved)
         else:
             self.epoch_start_rng = rng.capture()
+        data.check_training_mode(self._train_loader)
         batches = data.fetch(
             self._train_loader,
             self.num_training_batches,
@@ -456,10 +469,17 @@ class FitLoop:
         return self._automatic_step
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
-        """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch."""
-        hooks = run_of(self.trainer).hooks
-        hooks.callbacks("on_train_batch_start", batch, batch_idx)
-        return bool(hooks.module("on_train_batch_start", batch, batch_idx) == -1)
+        """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch. That batch
+        counts as the epoch's last although nothing ran: as in Lightning, its step-interval LR schedulers step by
+        its index, and the epoch-interval ones for the epoch."""
+        run = run_of(self.trainer)
+        run.hooks.callbacks("on_train_batch_start", batch, batch_idx)
+        if not bool(run.hooks.module("on_train_batch_start", batch, batch_idx) == -1):
+            return False
+        if self.automatic and run.optimization.lr_scheduler_configs:
+            run.optimization.step_schedulers("step", self.batch_idx + 1, plateau=False)
+            run.optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
+        return True
 
     def _batch_end(self, outputs: dict[str, Any], batch: Any, batch_idx: int) -> None:
         hooks = run_of(self.trainer).hooks

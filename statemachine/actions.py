@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import os
 
-from stages import hparams, rng
+from stages import data, hparams, rng
 from stages.callbacks.callback import Callback, checkpoints_last
-from stages.hooks import overridden_steps
+from stages.datamodule import LightningDataModule
+from stages.hooks import is_overridden, overridden_steps
 from stages.loggers.logger import Logger
 from stages.rank_zero import rank_zero_debug, rank_zero_info
 from stages.resume import ResumePoint
@@ -32,8 +33,12 @@ _log = logging.getLogger(__name__)
 
 def connect_model(run: Run) -> None:
     """Attach the model and data of this run, so hooks and dataloader resolution can see them; hyperparameters
-    a checkpoint could not hold are dropped first."""
+    a checkpoint could not hold are dropped first. The loaders the last call left in `trainer.train_dataloader`,
+    `.val_dataloaders`, `.test_dataloaders` and `.predict_dataloaders` are forgotten: they show this call's."""
     hparams.clean_namespace(run.model.hparams)
+    trainer = run.trainer
+    run.fit_loop.loaded_train = None
+    trainer.val_dataloaders = trainer.test_dataloaders = trainer.predict_dataloaders = None
     run.connect()
 
 
@@ -64,10 +69,15 @@ def setup_profiler(run: Run) -> None:
 
 
 def prepare_data(run: Run) -> None:
+    """The DataModule's, then the module's `prepare_data`, each only where overridden (a profiler shows only
+    those, as Lightning's)."""
     hooks = run.hooks
     if run.strategy.local_rank == 0:
-        hooks.datamodule("prepare_data")
-        hooks.module("prepare_data")
+        datamodule = run.trainer.datamodule
+        if datamodule is not None and is_overridden("prepare_data", datamodule, LightningDataModule):
+            hooks.datamodule("prepare_data")
+        if hooks.module_overrides("prepare_data"):
+            hooks.module("prepare_data")
     run.strategy.barrier("prepare_data")
 
 
@@ -85,8 +95,9 @@ def call_setup_hooks(run: Run) -> None:
 def configure_model(run: Run) -> None:
     """Layers made here are born on the run's device, in the precision's dtype (a no-op unless the module
     overrides the hook)."""
-    with run.strategy.tensor_init_context():
-        run.hooks.module("configure_model")
+    if run.hooks.module_overrides("configure_model"):
+        with run.strategy.tensor_init_context():
+            run.hooks.module("configure_model")
 
 
 def restore_weights_and_callbacks(run: Run) -> None:
@@ -189,7 +200,17 @@ def end_training(run: Run) -> None:
 
 
 def teardown_internals(run: Run) -> None:
-    """Internal teardown: not a user hook, so it runs on success and on failure."""
+    """Internal teardown: not a user hook, so it runs on success and on failure. The loaders' persistent workers
+    stop with the call, as in Lightning."""
+    trainer = run.trainer
+    for loaders in (
+        run.fit_loop.train_loader,
+        run.fit_validation.loaders,
+        trainer.val_dataloaders,
+        trainer.test_dataloaders,
+        trainer.predict_dataloaders,
+    ):
+        data.shut_down_workers(loaders)
     run.fit_loop.teardown()
     run.fit_validation.teardown()
     module = run.model

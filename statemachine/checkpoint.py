@@ -63,7 +63,7 @@ def dump(trainer: TrainerView, hooks: HookRunner, optimization: Optimization, we
     _add_hparams(checkpoint, trainer)
     datamodule = trainer.datamodule
     if datamodule is not None:
-        state = datamodule.state_dict()
+        state = hooks.datamodule("state_dict")  # through the runner: a profiler times it as the DataModule's hook
         if state:
             checkpoint[type(datamodule).__qualname__] = state
     if not weights_only:
@@ -208,7 +208,7 @@ def restore_model_and_callbacks(run: Run, checkpoint: dict[str, Any], path: str)
     run.strategy.load_module_state_dict(module, checkpoint["state_dict"], strict=module.strict_loading)
     datamodule = trainer.datamodule
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
-        datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
+        run.hooks.datamodule("load_state_dict", checkpoint[type(datamodule).__qualname__])
     run.hooks.callbacks("on_load_checkpoint", checkpoint)
     saved = dict(checkpoint.get("callbacks", {}))
     for callback in trainer.callbacks:

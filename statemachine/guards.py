@@ -34,6 +34,13 @@ def should_sanity_check(run: Run) -> bool:
     return trainer.enable_validation and trainer.num_sanity_val_steps != 0
 
 
+def needs_val_loaders(run: Run) -> bool:
+    """The epoch training starts with validates, and no validation loader was requested in this fit yet (no
+    sanity check ran)."""
+    loop = run.fit_loop
+    return loop.epoch_validates_at(loop.current_epoch) and run.fit_validation.needs_loaders
+
+
 SHOULD_STOP = "`trainer.should_stop` was set"
 
 

@@ -625,8 +625,9 @@ class Trainer:
 
     @property
     def train_dataloader(self) -> Any:
-        """The training loader(s) as given (a collection of loaders, not the CombinedLoader wrapping it)."""
-        loader = self.fit_loop.train_loader
+        """The training loader(s) as given (a collection of loaders, not the CombinedLoader wrapping it), from the
+        fit in flight or the last one, until another trainer call starts."""
+        loader = self.fit_loop.loaded_train
         return loader.iterables if isinstance(loader, CombinedLoader) else loader
 
     @property

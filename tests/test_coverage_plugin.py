@@ -23,6 +23,7 @@ GUARDS = [
     "resumes_inside_epoch",
     "resumes_mid_epoch",
     "should_sanity_check",
+    "needs_val_loaders",
     "fit_done",
     "validates_at_epoch_end",
     "validates_before_stop",

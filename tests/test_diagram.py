@@ -126,7 +126,7 @@ def test_overview_keeps_every_trigger() -> None:
     assert [trigger for trigger in TABLE.triggers if f"<b>{trigger}</b>" not in source] == []
 
 
-def test_fitting_is_a_cluster_holding_its_six_children() -> None:
+def test_fitting_is_a_cluster_holding_its_seven_children() -> None:
     for view in (View(), FIT):
         source = build_graph(view=view).source
         assert "compound=true" in source
@@ -138,6 +138,7 @@ def test_fitting_is_a_cluster_holding_its_six_children() -> None:
             "fitting.setup",
             "fitting.sanity_checking",
             "fitting.train_setup",
+            "fitting.val_setup",
             "fitting.between_epochs",
             "fitting.training",
             "fitting.validating",

@@ -114,6 +114,7 @@ def test_the_built_in_edge_still_runs_when_the_new_guard_is_false(tmp_path: Any)
     assert [(g.name, g.value) for g in trainer.history[2].guards] == [
         ("needs_warmup", False),
         ("fit_done", False),
+        ("needs_val_loaders", False),
         ("resumes_mid_epoch", False),
     ]
 

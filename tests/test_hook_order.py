@@ -638,7 +638,8 @@ class StopAtSecondBatch(HookedModel):
 
 
 def test_on_train_batch_start_minus_one_ends_the_epoch(tmp_path: Path) -> None:
-    """That batch gets no step, no on_train_batch_end and no validation; the epoch-end hooks still run."""
+    """That batch gets no step, no on_train_batch_end and no validation; as the epoch's last batch it still steps
+    the (epoch-interval) LR scheduler, as in Lightning; the epoch-end hooks still run."""
     called: list[str] = []
     trainer = make_trainer(
         tmp_path, called, max_epochs=1, limit_train_batches=3, limit_val_batches=1, num_sanity_val_steps=0
@@ -655,6 +656,7 @@ def test_on_train_batch_start_minus_one_ends_the_epoch(tmp_path: Path) -> None:
         *auto_batch(0),
         *T,
         *both("on_train_batch_start", 1),
+        "lr_scheduler_step(None)",
         *both("on_train_epoch_end"),
         *SAVE,
         *FIT_END,

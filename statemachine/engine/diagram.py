@@ -45,6 +45,7 @@ HIT_COLOR = "royalblue"
 UNHIT_COLOR = "gray70"
 DETAIL_SIZE = "10"  # point size of state details, chain names and callbacks: the smallest text drawn
 CALLBACK_WRAP = 30  # characters per callback line on an edge label
+GUARD_WRAP = 26  # characters of trigger and guard beyond which a guard over callbacks gets a line of its own
 FOLD_OVER = 2  # the overview spells out chains of at most this many callbacks and names the longer ones
 # A long chain is named after the first of these callbacks it runs (checked in this order); a chain with none
 # of them is named after its trigger.
@@ -417,7 +418,9 @@ def _edge_label(group: list[TransitionSpec], scope: _Scope, hits: int | None) ->
     # Twins' triggers stack, one per line, so the shared entry's label stays narrow.
     head = " |<br/>".join(f"<b>{_esc(trigger)}</b>" for trigger in dict.fromkeys(t.trigger for t in group))
     if t.guard is not None:
-        head += f" [{_esc(t.guard)}{_collective_mark(scope.table, t)}]"
+        # A long guard over a callback list takes a line of its own: the label stays as narrow as its callbacks.
+        sep = "<br/>" if t.callbacks and len(t.trigger) + len(t.guard) > GUARD_WRAP else " "
+        head += f"{sep}[{_esc(t.guard)}{_collective_mark(scope.table, t)}]"
     if hits:
         head += " " + _hit_label(hits)
     chain = t.callbacks

@@ -401,6 +401,14 @@ _STATES = (
         doc="loads the training data",
     ),
     StateSpec(
+        name="fitting.val_setup",
+        status=TrainerStatus.RUNNING,
+        fn=TrainerFn.FITTING,
+        stage=RunningStage.VALIDATING,
+        handler="val_setup",
+        doc="requests the validation loaders before training starts, as a validation would",
+    ),
+    StateSpec(
         name="fitting.between_epochs",
         status=TrainerStatus.RUNNING,
         fn=TrainerFn.FITTING,
@@ -482,11 +490,32 @@ _TRANSITIONS = (
         guard="fit_done",
         before=_FIT_END_CHAIN,
     ),
+    # The first epoch validates and no sanity check requested its loaders: they are requested now, while validating.
+    TransitionSpec(
+        trigger="train_ready",
+        source="fitting.train_setup",
+        dest="fitting.val_setup",
+        guard="needs_val_loaders",
+    ),
     TransitionSpec(
         trigger="train_ready",
         source="fitting.train_setup",
         dest="fitting.training",
         guard="resumes_mid_epoch",
+        after=("start_training",),
+    ),
+    TransitionSpec(
+        trigger="val_ready",
+        source="fitting.val_setup",
+        dest="fitting.training",
+        guard="resumes_mid_epoch",
+        after=("start_training",),
+    ),
+    TransitionSpec(
+        trigger="val_ready",
+        source="fitting.val_setup",
+        dest="fitting.between_epochs",
+        guard="not resumes_mid_epoch",
         after=("start_training",),
     ),
     TransitionSpec(
@@ -549,6 +578,11 @@ _GUARDS = (
         doc="validation is enabled and sanity steps are requested",
     ),
     GuardSpec(
+        name="needs_val_loaders",
+        path="statemachine.guards:needs_val_loaders",
+        doc="the first epoch validates and its loaders were not requested yet",
+    ),
+    GuardSpec(
         name="fit_done",
         path="statemachine.guards:fit_done",
         collective="any",
@@ -586,6 +620,7 @@ _HANDLERS = {
     "fit_setup": "stages.fit_setup:run_fit_setup",
     "sanity_checking": "stages.evaluation:run_sanity_check",
     "train_setup": "stages.training:run_train_setup",
+    "val_setup": "stages.evaluation:run_val_setup",
     "between_epochs": "stages.training:run_between_epochs",
     "training": "stages.training:run_training",
     "fit_validating": "stages.evaluation:run_fit_validation",

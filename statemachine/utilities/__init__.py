@@ -15,10 +15,10 @@ _EXPORTS = {
     "rank_zero_warn": "statemachine.utilities.rank_zero",
     "is_overridden": "statemachine.utilities.model_helpers",
     "is_picklable": "stages.hparams",
+    "suggested_max_num_workers": "stages.data",
 }
 _NOT_SUPPORTED = {
     "measure_flops": "FLOP counting is not built",
-    "suggested_max_num_workers": "not built; choose DataLoader(num_workers=...) yourself",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _NOT_SUPPORTED)
