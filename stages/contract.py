@@ -157,6 +157,7 @@ class FitLoopView(Protocol):
     fetches_itself: bool
     stepped_this_batch: bool
     resume_point: Any
+    told_minimums_wait: bool
 
     @property
     def train_loader(self) -> Any: ...

@@ -104,6 +104,8 @@ class FitLoop:
         self.batch_idx = 0
         self.is_last_batch = False
         self.epoch_validates = False
+        # a stop held back by min_epochs/min_steps is announced once per trainer, not after every batch
+        self.told_minimums_wait = False
         self.resume_point = ResumePoint.FRESH  # where the restored checkpoint left this fit; set by the fit edge
         self.epoch_start_rng: dict[str, Any] | None = None  # before this epoch's loader iterator was created
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
@@ -283,15 +285,18 @@ class FitLoop:
             too_many = interval > self.num_training_batches
             if too_many and trainer.check_val_every_n_epoch is not None and trainer.limit_val_batches != 0:
                 raise ValueError(
-                    f"val_check_interval={interval} must not exceed the {self.num_training_batches} training "
-                    "batches per epoch; set check_val_every_n_epoch=None to validate every N batches across epochs"
+                    f" `val_check_interval` ({interval}) must be less than or equal to the number of the training "
+                    f"batches ({self.num_training_batches}). If you want to disable validation set "
+                    "`limit_val_batches` to 0.0 instead. If you want to validate based on the total training "
+                    "batches, set `check_val_every_n_epoch=None`."
                 )
             self.val_check_batch = interval
         elif self.num_training_batches == math.inf:
             if interval != 1.0:
                 raise MisconfigurationException(
-                    f"val_check_interval={interval!r} (a fraction) needs a training loader with a length; "
-                    "give an int number of batches"
+                    "When using an IterableDataset for `train_dataloader`, `Trainer(val_check_interval)` must be "
+                    "time based, `1.0` or an int. An int k specifies checking validation every k training batches. "
+                    f"(val_check_interval={interval!r} is a fraction of an epoch whose length is unknown)"
                 )
             self.val_check_batch = math.inf
         else:
