@@ -331,9 +331,9 @@ class FitLoop:
         if not continues and self._train_reload_due():
             self.load_train_data()
         data.set_sampler_epoch(self._train_loader, self.current_epoch)
+        # A due reload of the validation loaders happens when the validation runs, so an epoch that
+        # validates by its schedule but never reaches a check requests none.
         self.epoch_validates = self.epoch_validates_at(self.current_epoch)
-        if self.epoch_validates and trainer.fit_validation.needs_loaders:
-            trainer.fit_validation.load_loaders()
         if not continues:
             self.epoch_progress.increment_ready()
             run_of(trainer).metrics.reset_bucket("train")

@@ -326,6 +326,62 @@ def test_a_zero_duration_validates_after_every_batch(tmp_path: Path, interval: A
     assert model.val_batches == 4
 
 
+# ---- 6. reload_dataloaders_every_n_epochs with infrequent validation -------------------------------------------------
+
+
+class LoaderRequests(TinyModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[str, int]] = []
+
+    def train_dataloader(self) -> DataLoader:
+        self.requests.append(("train", self.trainer.current_epoch))
+        return make_loader()
+
+    def val_dataloader(self) -> DataLoader:
+        self.requests.append(("val", self.trainer.current_epoch))
+        return make_loader(8)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (
+            {"reload_dataloaders_every_n_epochs": 1, "check_val_every_n_epoch": 2, "max_epochs": 5},
+            ["val 0", "train 0", "train 1", "val 1", "train 2", "train 3", "val 3", "train 4"],
+        ),
+        (
+            # the sanity check's request counts only when its epoch validates: epoch 1's validation requests again
+            {"reload_dataloaders_every_n_epochs": 2, "check_val_every_n_epoch": 2, "max_epochs": 6},
+            ["val 0", "train 0", "val 1", "train 2", "val 3", "train 4", "val 5"],
+        ),
+        (
+            {"reload_dataloaders_every_n_epochs": 2, "check_val_every_n_epoch": 3, "max_epochs": 7},
+            ["val 0", "train 0", "train 2", "val 2", "train 4", "val 5", "train 6"],
+        ),
+        (
+            {"reload_dataloaders_every_n_epochs": 3, "max_epochs": 5, "num_sanity_val_steps": 0},
+            ["train 0", "val 0", "train 3", "val 3"],
+        ),
+        (
+            # validation every 6 batches across epochs of 4: epoch 3 reaches no check, so requests no val loader
+            {
+                "reload_dataloaders_every_n_epochs": 1,
+                "check_val_every_n_epoch": None,
+                "val_check_interval": 6,
+                "max_epochs": 4,
+                "num_sanity_val_steps": 0,
+            },
+            ["train 0", "val 0", "train 1", "val 1", "train 2", "val 2", "train 3"],
+        ),
+    ],
+)
+def test_reloads_with_infrequent_validation(tmp_path: Path, flags: dict[str, Any], expected: list[str]) -> None:
+    model = LoaderRequests()
+    quiet_trainer(tmp_path, **flags).fit(model)
+    assert [f"{kind} {epoch}" for kind, epoch in model.requests] == expected
+
+
 # ---- 11. Lightning's INFO lines on the console -----------------------------------------------------------------------
 
 SCRIPT = """
