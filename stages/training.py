@@ -419,7 +419,7 @@ class FitLoop:
             if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
-            metrics.step_end("train", self.batches_that_stepped, self.should_log())
+            metrics.step_end("train", self.batches_that_stepped, self._logs_step_metrics())
             stop_requested = self._take_flags() if multi_process else False
             if poll_val_check():
                 yield None
@@ -487,6 +487,13 @@ class FitLoop:
     def should_log(self) -> bool:
         every = self.trainer.log_every_n_steps
         return bool(every) and ((self.batches_that_stepped + 1) % every == 0 or self.trainer.should_stop)
+
+    def _logs_step_metrics(self) -> bool:
+        """`should_log`, except on a batch that only accumulates gradients: the step it leads to logs."""
+        k = self.trainer.accumulate_grad_batches
+        if k > 1 and self.automatic and (self.batch_idx + 1) % k and not self.is_last_batch:
+            return False
+        return self.should_log()
 
     def _direct_step_allowed(self) -> bool:
         """Whether this epoch's automatic steps may call the optimizer directly instead of through its closure:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import REPO, TinyModel, make_loader, quiet_trainer
+from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 import statemachine as L
@@ -380,6 +381,134 @@ def test_reloads_with_infrequent_validation(tmp_path: Path, flags: dict[str, Any
     model = LoaderRequests()
     quiet_trainer(tmp_path, **flags).fit(model)
     assert [f"{kind} {epoch}" for kind, epoch in model.requests] == expected
+
+
+# ---- 7. log_every_n_steps --------------------------------------------------------------------------------------------
+
+
+class LoggedLoss(TinyModel):
+    def __init__(self, on_epoch: bool) -> None:
+        super().__init__()
+        self.on_epoch = on_epoch
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("loss", loss, on_epoch=self.on_epoch)
+        return loss
+
+
+def _log_steps(tmp_path: Path, on_epoch: bool, validate: bool, **flags: Any) -> CallLogger:
+    logger = CallLogger()
+    options: dict[str, Any] = {"max_epochs": 3, "num_sanity_val_steps": 0, "limit_val_batches": 2 if validate else 0}
+    trainer = quiet_trainer(tmp_path, logger=logger, **{**options, **flags})
+    trainer.fit(LoggedLoss(on_epoch), make_loader(56), make_loader(16))  # 7 training batches per epoch
+    return logger
+
+
+STEPS_EVERY_3 = [2, 5, 8, 11, 14, 17, 20]
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_step_metrics_reach_the_logger_every_n_steps(tmp_path: Path, validate: bool) -> None:
+    logger = _log_steps(tmp_path, on_epoch=False, validate=validate, log_every_n_steps=3)
+    assert logger.steps("loss") == STEPS_EVERY_3
+    assert logger.steps("val_loss") == ([6, 13, 20] if validate else [])
+    # every logging call is followed by a save, and the run ends with one finalize
+    assert all(logger.calls[i + 1] == ("save",) for i, call in enumerate(logger.calls) if call[0] == "log_metrics")
+    assert [call for call in logger.calls if call[0] == "finalize"] == [("finalize", "success")]
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_on_epoch_values_are_logged_at_each_epochs_last_step(tmp_path: Path, validate: bool) -> None:
+    logger = _log_steps(tmp_path, on_epoch=True, validate=validate, log_every_n_steps=3)
+    assert logger.steps("loss_step") == STEPS_EVERY_3
+    assert logger.steps("loss_epoch") == [6, 13, 20]
+    expected_order = ["val_loss", "loss_epoch"] if validate else ["loss_epoch"]
+    at_6 = [name for call in logger.calls if call[0] == "log_metrics" and call[1] == 6 for name in call[2]]
+    assert [name for name in at_6 if name in ("val_loss", "loss_epoch")] == expected_order
+
+
+def test_an_interval_longer_than_the_epoch_logs_epoch_values_only_and_warns(tmp_path: Path) -> None:
+    words = (
+        "The number of training batches (7) is smaller than the logging interval Trainer(log_every_n_steps=50). "
+        "Set a lower value for log_every_n_steps if you want to see logs for the training epoch."
+    )
+    with pytest.warns(L.PossibleUserWarning) as caught:
+        logger = _log_steps(tmp_path, on_epoch=True, validate=True, log_every_n_steps=50)
+    [warning] = [w for w in caught if "logging interval" in str(w.message)]
+    assert str(warning.message) == words and issubclass(warning.category, UserWarning)
+    assert logger.steps("loss_step") == []
+    assert logger.steps("loss_epoch") == logger.steps("val_loss") == [6, 13, 20]
+
+
+@pytest.mark.parametrize("flags", [{"log_every_n_steps": 7}, {"log_every_n_steps": 0}, {"logger": False}])
+def test_no_logging_interval_warning_when_the_epoch_is_long_enough_or_nothing_logs(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder, flags: dict[str, Any]
+) -> None:
+    options: dict[str, Any] = {"logger": CallLogger(), **flags}
+    quiet_trainer(tmp_path, **options).fit(TinyModel(), make_loader(56))
+    assert not [w for w in recwarn if "logging interval" in str(w.message)]
+
+
+@pytest.mark.parametrize(("accumulate", "every", "steps"), [(2, 1, [0, 1, 2, 3, 4, 5, 6, 7]), (3, 2, [1, 3, 5])])
+def test_batches_that_only_accumulate_log_nothing(
+    tmp_path: Path, accumulate: int, every: int, steps: list[int]
+) -> None:
+    logger = CallLogger()
+    trainer = quiet_trainer(
+        tmp_path, logger=logger, max_epochs=2, accumulate_grad_batches=accumulate, log_every_n_steps=every
+    )
+    trainer.fit(LoggedLoss(on_epoch=False), make_loader(56))
+    assert logger.steps("loss") == steps
+
+
+# ---- 10. the logging step after a resume -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "flags", "saved", "steps"),
+    [
+        ({}, {"val_check_interval": 0.5}, "epoch=0-step=2.ckpt", [2, 3, 4, 5, 6, 7]),  # saved at a validation's end
+        ({}, {"val_check_interval": 0.5}, "epoch=0-step=4.ckpt", [4, 5, 6, 7]),  # ... after the epoch's last batch
+        ({"every_n_train_steps": 2}, {"limit_val_batches": 0}, "epoch=0-step=2.ckpt", [2, 3, 4, 5, 6, 7]),
+        ({"every_n_train_steps": 4}, {"limit_val_batches": 0}, "epoch=0-step=4.ckpt", [4, 5, 6, 7]),
+        (
+            {"every_n_train_steps": 1},
+            {"limit_val_batches": 0, "accumulate_grad_batches": 2},
+            "epoch=0-step=1.ckpt",
+            [1, 2, 3],
+        ),
+    ],
+)
+def test_a_resumed_fit_logs_at_the_steps_it_would_have_logged_at(
+    tmp_path: Path, checkpoint: dict[str, Any], flags: dict[str, Any], saved: str, steps: list[int]
+) -> None:
+    directory = tmp_path / "checkpoints"
+    callback = L.ModelCheckpoint(dirpath=directory, save_top_k=-1, **checkpoint)
+    first = quiet_trainer(tmp_path, callbacks=[callback], enable_checkpointing=True, num_sanity_val_steps=0, **flags)
+    first.fit(TinyModel(), make_loader(), make_loader(16))
+    logger = CallLogger()
+    resumed = quiet_trainer(tmp_path, logger=logger, log_every_n_steps=1, max_epochs=2, num_sanity_val_steps=0, **flags)
+    with pytest.warns(UserWarning, match="holds state for callbacks that are not in this run"):
+        resumed.fit(TinyModel(), make_loader(), make_loader(16), ckpt_path=directory / saved)
+    assert logger.steps("train_loss") == steps
+    stepped = resumed.fit_loop.state_dict()["epoch_loop.state_dict"]["_batches_that_stepped"]
+    assert stepped == resumed.global_step
+
+
+def test_the_loop_state_after_a_resume_from_last_ckpt_is_the_uninterrupted_runs(tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    callback = L.ModelCheckpoint(dirpath=directory, save_last=True, every_n_train_steps=2)
+    first = quiet_trainer(tmp_path, callbacks=[callback], enable_checkpointing=True, max_steps=6, max_epochs=2)
+    first.fit(TinyModel(), make_loader(), make_loader(16))
+    resumed = quiet_trainer(tmp_path, max_epochs=3)
+    with pytest.warns(UserWarning, match="holds state for callbacks that are not in this run"):
+        resumed.fit(TinyModel(), make_loader(), make_loader(16), ckpt_path=directory / "last.ckpt")
+    straight = quiet_trainer(tmp_path, max_epochs=3)
+    straight.fit(TinyModel(), make_loader(), make_loader(16))
+    assert resumed.fit_loop.state_dict() == straight.fit_loop.state_dict()
+    assert (resumed.global_step, resumed.current_epoch) == (12, 3)
 
 
 # ---- 11. Lightning's INFO lines on the console -----------------------------------------------------------------------
