@@ -285,6 +285,37 @@ def test_a_flag_given_as_one_says_what_it_means(
     assert [message for message in info_lines(caplog) if "was configured so" in message] == [line]
 
 
+class TrainingHooks(L.Callback):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self.calls.append("on_fit_start")
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        self.calls.append("on_sanity_check_start")
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.calls.append("on_train_start")
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self.calls.append("on_fit_end")
+
+
+@pytest.mark.parametrize("limit", [0, 0.0])
+def test_limit_train_batches_0_skips_training_without_a_word(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, limit: float
+) -> None:
+    hooks = TrainingHooks()
+    model = CountingModel()
+    with caplog.at_level(logging.INFO):
+        quiet_trainer(tmp_path, limit_train_batches=limit, callbacks=[hooks]).fit(model, make_loader(), make_loader())
+    # the sanity check still runs; no epoch does
+    assert (model.train_batches, model.val_batches) == (0, 2)
+    assert hooks.calls == ["on_fit_start", "on_sanity_check_start", "on_fit_end"]
+    assert not [line for line in info_lines(caplog) if "stopped" in line]
+
+
 # ---- 5. val_check_interval ------------------------------------------------------------------------------------------
 
 
