@@ -542,6 +542,18 @@ def test_the_loop_state_after_a_resume_from_last_ckpt_is_the_uninterrupted_runs(
     assert (resumed.global_step, resumed.current_epoch) == (12, 3)
 
 
+class ValStateAtTrainStart(L.Callback):
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.val_state = trainer.fit_loop.epoch_loop.val_loop.batch_progress.state_dict()
+
+
+def test_the_sanity_check_leaves_no_trace_in_the_validation_progress(tmp_path: Path) -> None:
+    probe = ValStateAtTrainStart()
+    quiet_trainer(tmp_path, callbacks=[probe]).fit(TinyModel(), make_loader(), make_loader(16))
+    zero = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
+    assert probe.val_state == {"total": zero, "current": zero, "is_last_batch": False}
+
+
 # ---- 11. Lightning's INFO lines on the console -----------------------------------------------------------------------
 
 SCRIPT = """
