@@ -161,6 +161,7 @@ class FitLoopView(Protocol):
     stepped_this_batch: bool
     resume_point: Any
     loaded_train: Any
+    told_minimums_wait: bool
 
     @property
     def train_loader(self) -> Any: ...

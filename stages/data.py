@@ -236,8 +236,10 @@ def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int
             return limit
         if limit == 1.0:
             return math.inf
+        kind = flag.removeprefix("limit_").removesuffix("_batches")
         raise MisconfigurationException(
-            f"{flag}={limit!r} (a fraction) needs a loader with a length; give an int number of batches instead"
+            f"When using an `IterableDataset`, `Trainer({flag})` must be `1.0` or an int. An int specifies "
+            f"`num_{kind}_batches` to use. ({flag}={limit!r} is a fraction of a loader without a length)"
         )
     if size == 0:
         return 0
@@ -245,8 +247,10 @@ def limited_batches(loader: Iterable[Any], limit: int | float, flag: str) -> int
         return min(size, limit)
     batches = int(size * limit)
     if limit > 0 and batches == 0:
+        kind = flag.removeprefix("limit_").removesuffix("_batches")
         raise MisconfigurationException(
-            f"{flag}={limit!r} gives 0 of {size} batches; use at least {1 / size:.4g} or an int"
+            f"You requested to check {limit} of the `{kind}_dataloader` but {limit} * {size} < 1. Please increase "
+            f"the `{flag}` argument. Try at least `{flag}={1 / size}`"
         )
     return batches
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,7 @@ class FitValidation:
         self.trainer = trainer
         self.loaders: list[Any] | None = None
         self.num_batches: list[int | float] = []
-        self._loaded_epoch = 0
+        self._loaded_epoch: float = -math.inf  # -inf: the next validation requests them, whatever the epoch
 
     @property
     def needs_loaders(self) -> bool:
@@ -107,7 +108,10 @@ class FitValidation:
 
     def load_loaders(self) -> None:
         trainer = self.trainer
-        self._loaded_epoch = trainer.current_epoch
+        # The sanity check's request counts for `reload_dataloaders_every_n_epochs` only when its epoch
+        # validates; otherwise the first validation of the fit requests the loaders again.
+        counts = not trainer.sanity_checking or trainer.fit_loop.epoch_validates_at(trainer.current_epoch)
+        self._loaded_epoch = trainer.current_epoch if counts else -math.inf
         requested = data.request(trainer, "val")
         trainer.val_dataloaders = requested
         self.loaders = data.as_list(requested)
@@ -127,6 +131,7 @@ class FitValidation:
     def teardown(self) -> None:
         self.loaders = None
         self.num_batches = []
+        self._loaded_epoch = -math.inf
 
     def run_sanity_check(self) -> str:
         trainer = self.trainer

@@ -52,9 +52,13 @@ def epoch_should_end(trainer: TrainerView) -> bool:
         return False
     if minimums_met(trainer):
         return True
-    _log.info(
-        "should_stop was set, but training continues until min_epochs=%s and min_steps=%s are met",
-        trainer.min_epochs,
-        trainer.min_steps,
-    )
+    loop = trainer.fit_loop
+    if not loop.told_minimums_wait:
+        loop.told_minimums_wait = True
+        _log.info(
+            "Trainer was signaled to stop but the required `min_epochs=%s` or `min_steps=%s` has not been met. "
+            "Training will continue...",
+            trainer.min_epochs,
+            trainer.min_steps,
+        )
     return False

@@ -92,6 +92,11 @@ class BatchProgress(Progress):
         super().load_state_dict(state)
         self.is_last_batch = state.get("is_last_batch", False)
 
+    def reset(self) -> None:
+        """Every counter back to zero (after the sanity check): nothing fetched, so no last batch either."""
+        super().reset()
+        self.is_last_batch = False
+
     def reset_current(self) -> None:
         """A new run of the loop: no batch of it has been fetched, so none was the last."""
         super().reset_current()

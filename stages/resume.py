@@ -51,6 +51,23 @@ def classify(epoch: Progress, batch: BatchProgress, val: BatchProgress, max_step
     return ResumePoint.EPOCH_BOUNDARY
 
 
+def step_uncounted(epoch: Progress, batch: BatchProgress, max_steps: int, accumulate_grad_batches: int) -> bool:
+    """Whether the save came after a batch that stepped, before the loop counted that step for logging (the
+    logging step, `_batches_that_stepped`, goes up after the batch-end hooks and the batch's validation), so the
+    restored count is one short. Read before `settle`; Lightning's rule: a restart that was not saved at the
+    epoch's end, unless saved from `on_train_batch_end`."""
+    counts = epoch.current
+    inside_epoch = counts.processed == counts.started - 1
+    epoch_end_ran = counts.ready == counts.started == counts.processed and counts.completed == counts.processed - 1
+    if not (inside_epoch or max_steps != -1):
+        return False
+    saved_after_batch_end = batch.current.completed == batch.current.processed - 1
+    if epoch_end_ran and not saved_after_batch_end:
+        return False
+    position = batch.current.ready  # the saved batch, 1-based in its epoch
+    return position > 0 and (position % accumulate_grad_batches == 0 or batch.is_last_batch)
+
+
 def settle(point: ResumePoint, epoch: Progress, batch: BatchProgress) -> None:
     """Bring the counters to where the run continues from `point`."""
     if batch.current.completed == batch.current.processed - 1:

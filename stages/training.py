@@ -104,6 +104,8 @@ class FitLoop:
         self.batch_idx = 0
         self.is_last_batch = False
         self.epoch_validates = False
+        # a stop held back by min_epochs/min_steps is announced once per trainer, not after every batch
+        self.told_minimums_wait = False
         self.resume_point = ResumePoint.FRESH  # where the restored checkpoint left this fit; set by the fit edge
         self.epoch_start_rng: dict[str, Any] | None = None  # before this epoch's loader iterator was created
         self._restored_rng: dict[str, Any] | None = None  # a checkpoint's RNG states, set when training continues
@@ -288,15 +290,18 @@ class FitLoop:
             too_many = interval > self.num_training_batches
             if too_many and trainer.check_val_every_n_epoch is not None and trainer.limit_val_batches != 0:
                 raise ValueError(
-                    f"val_check_interval={interval} must not exceed the {self.num_training_batches} training "
-                    "batches per epoch; set check_val_every_n_epoch=None to validate every N batches across epochs"
+                    f" `val_check_interval` ({interval}) must be less than or equal to the number of the training "
+                    f"batches ({self.num_training_batches}). If you want to disable validation set "
+                    "`limit_val_batches` to 0.0 instead. If you want to validate based on the total training "
+                    "batches, set `check_val_every_n_epoch=None`."
                 )
             self.val_check_batch = interval
         elif self.num_training_batches == math.inf:
             if interval != 1.0:
                 raise MisconfigurationException(
-                    f"val_check_interval={interval!r} (a fraction) needs a training loader with a length; "
-                    "give an int number of batches"
+                    "When using an IterableDataset for `train_dataloader`, `Trainer(val_check_interval)` must be "
+                    "time based, `1.0` or an int. An int k specifies checking validation every k training batches. "
+                    f"(val_check_interval={interval!r} is a fraction of an epoch whose length is unknown)"
                 )
             self.val_check_batch = math.inf
         else:
@@ -387,7 +392,7 @@ class FitLoop:
         step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
         transfer = data.train_transfer_for(trainer)
-        should_log = self.should_log
+        logs_step_metrics = self._logs_step_metrics
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
         if multi_process:
@@ -428,7 +433,7 @@ class FitLoop:
             if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
             progress.increment_completed()
-            metrics.step_end("train", self.batches_that_stepped, should_log)
+            metrics.step_end("train", self.batches_that_stepped, logs_step_metrics)
             stop_requested = self._take_flags() if multi_process else False
             if poll_val_check():
                 yield None
@@ -503,6 +508,13 @@ class FitLoop:
     def should_log(self) -> bool:
         every = self.trainer.log_every_n_steps
         return bool(every) and ((self.batches_that_stepped + 1) % every == 0 or self.trainer.should_stop)
+
+    def _logs_step_metrics(self) -> bool:
+        """`should_log`, except on a batch that only accumulates gradients: the step it leads to logs."""
+        k = self.trainer.accumulate_grad_batches
+        if k > 1 and self.automatic and (self.batch_idx + 1) % k and not self.is_last_batch:
+            return False
+        return self.should_log()
 
     def _direct_step_allowed(self) -> bool:
         """Whether this epoch's automatic steps may call the optimizer directly instead of through its closure:

@@ -21,7 +21,7 @@ from statemachine import checkpoint
 from statemachine.engine.diagram import flow_artifacts
 from statemachine.engine.machine import note_on_cause
 from statemachine.engine.table import ENTRY_TRIGGERS
-from statemachine.guards import SHOULD_STOP, fit_done
+from statemachine.guards import SHOULD_STOP, TRAINING_OFF, fit_done
 from statemachine.profilers.simple import SimpleProfiler
 from statemachine.run import Run
 
@@ -184,12 +184,13 @@ def start_training(run: Run) -> None:
 
 
 def say_why_fit_stopped(run: Run) -> None:
-    """Lightning's one line on why fit ends; a stop the user asked for is only a debug line. A rank whose own
-    limits do not hold stops because another rank's did, and says nothing."""
+    """Lightning's one line on why fit ends; a stop the user asked for (`should_stop`, or no training at all with
+    `limit_train_batches=0`) is only a debug line. A rank whose own limits do not hold stops because another
+    rank's did, and says nothing."""
     reason = fit_done(run)
     if reason is None:
         return
-    say = rank_zero_debug if reason.startswith(SHOULD_STOP) else rank_zero_info
+    say = rank_zero_debug if reason.startswith(SHOULD_STOP) or reason == TRAINING_OFF else rank_zero_info
     say(f"`Trainer.fit` stopped: {reason}.")
 
 

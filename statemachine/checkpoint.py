@@ -255,6 +255,9 @@ def _restore_fit_loop(trainer: TrainerView, state: dict[str, Any]) -> None:
     loop = trainer.fit_loop
     loop.load_state_dict(state)
     point = resume.classify(loop.epoch_progress, loop.batch_progress, loop.val_progress, trainer.max_steps)
+    accumulate = trainer.accumulate_grad_batches
+    if resume.step_uncounted(loop.epoch_progress, loop.batch_progress, trainer.max_steps, accumulate):
+        loop.batches_that_stepped += 1
     resume.settle(point, loop.epoch_progress, loop.batch_progress)
     if point is ResumePoint.EPOCH_BOUNDARY and (max_steps_reached(trainer) or max_epochs_reached(trainer)):
         point = ResumePoint.FIT_DONE

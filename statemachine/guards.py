@@ -42,12 +42,15 @@ def needs_val_loaders(run: Run) -> bool:
 
 
 SHOULD_STOP = "`trainer.should_stop` was set"
+TRAINING_OFF = "`limit_train_batches=0`"
 
 
 def fit_done(run: Run) -> str | None:
     """Lightning's stop conditions, checked before each epoch; the first that holds is the reason, in the words
     Lightning's fit loop logs."""
     trainer = run.trainer
+    if trainer.limit_train_batches == 0:
+        return TRAINING_OFF
     if trainer.fit_loop.num_training_batches == 0:
         return "No training batches"
     if max_steps_reached(trainer):

@@ -33,6 +33,7 @@ from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LightningOptimizer, LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
+from stages.rank_zero import rank_zero_info
 from stages.training import FitLoop
 from statemachine import distributed, profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
@@ -119,8 +120,12 @@ class Trainer:
                 f"with TABLE.extend), got {type(table).__name__}"
             )
         arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__", "table")}
+        _show_info_on_the_console()
         config, self.strategy = _validated(arguments)
+        _say_devices(self.strategy)
         self._apply_flags(config)
+        if not self.fast_dev_run:
+            _say_what_one_means(arguments)
         self.profiler = profilers.resolve(config.profiler)
         self._active_profiler = active_profiler(self.profiler)  # None when off: the loops time nothing
         self._hooks = hook_runner(self, self.profiler)
@@ -211,6 +216,11 @@ class Trainer:
         if not self.fast_dev_run:
             return
         n = int(self.fast_dev_run)
+        _log.info(
+            "Running in `fast_dev_run` mode: will run the requested loop using %s batch(es). Logging and "
+            "checkpointing is suppressed.",
+            n,
+        )
         if self.overfit_batches == 0:
             self.limit_train_batches = self.limit_val_batches = n
         self.limit_test_batches = self.limit_predict_batches = n
@@ -234,9 +244,9 @@ class Trainer:
         if bad:
             raise InvalidTrainerArguments(f"invalid Trainer arguments:\n  callbacks: not Callback instances: {bad}")
         on = not config.barebones
+        # Under fast_dev_run the callback is there (users read trainer.checkpoint_callback) but never saves.
         if _flag(config.enable_checkpointing, on) and not any(isinstance(c, Checkpoint) for c in user):
-            if not self.fast_dev_run:
-                user.append(ModelCheckpoint())
+            user.append(ModelCheckpoint())
         if not _flag(config.enable_checkpointing, on) and any(isinstance(c, Checkpoint) for c in user):
             raise InvalidTrainerArguments(
                 "invalid Trainer arguments:\n  enable_checkpointing=False conflicts with the checkpoint callback given"
@@ -793,6 +803,63 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
     if problems or config is None or strategy is None:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy
+
+
+# The loggers of this project's packages: the trainer's messages come from all three.
+_PACKAGE_LOGGERS = ("statemachine", "stages", "devices")
+_console_decided = False
+
+
+def _show_info_on_the_console() -> None:
+    """Once per process, at the first Trainer: when the user has configured no logging (the root logger has no
+    handler), the packages' loggers write their INFO messages to stderr themselves, as Lightning does for its own
+    logger. Otherwise the user's logging setup decides what is shown, and nothing here changes it."""
+    global _console_decided
+    if _console_decided:
+        return
+    _console_decided = True
+    if logging.getLogger().hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    for name in _PACKAGE_LOGGERS:
+        package = logging.getLogger(name)
+        if package.handlers or package.level != logging.NOTSET:
+            continue  # the user configured this one
+        package.setLevel(logging.INFO)
+        package.addHandler(handler)
+        package.propagate = False
+
+
+def _say_devices(strategy: devices.Strategy) -> None:
+    """Lightning's two lines on the accelerators found and used."""
+    cuda = devices.CUDAAccelerator.is_available()
+    used = isinstance(strategy.accelerator, devices.CUDAAccelerator)
+    rank_zero_info(f"GPU available: {cuda}{' (cuda)' if cuda else ''}, used: {used}")
+    rank_zero_info("TPU available: False, using: 0 TPU cores")
+
+
+# What 1 (an int: one batch) and 1.0 (a float: all of them) mean for each flag that takes both.
+_ONE_MEANS: dict[str, tuple[str, str]] = {
+    "limit_train_batches": ("1 batch per epoch will be used.", "100% of the batches per epoch will be used.."),
+    "limit_val_batches": ("1 batch will be used.", "100% of the batches will be used.."),
+    "limit_test_batches": ("1 batch will be used.", "100% of the batches will be used.."),
+    "limit_predict_batches": ("1 batch will be used.", "100% of the batches will be used.."),
+    "overfit_batches": ("1 batch will be used.", "100% of the batches will be used.."),
+    "val_check_interval": (
+        "validation will run after every batch.",
+        "validation will run at the end of the training epoch..",
+    ),
+}
+
+
+def _say_what_one_means(arguments: dict[str, Any]) -> None:
+    """A flag given as 1 or 1.0 reads alike but means one batch or every batch: say which, as Lightning does."""
+    for name, (as_int, as_float) in _ONE_MEANS.items():
+        value = arguments[name]
+        if isinstance(value, bool) or value != 1:
+            continue
+        meaning = as_int if isinstance(value, int) else as_float
+        _log.info("`Trainer(%s=%r)` was configured so %s", name, value, meaning)
 
 
 def _flag(value: bool | None, default: bool) -> bool:

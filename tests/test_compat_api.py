@@ -133,12 +133,13 @@ def test_to_onnx_without_onnx_installed_says_what_to_install(monkeypatch: pytest
 
 
 def test_example_input_array_adds_in_and_out_sizes_to_the_summary(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = HParamModel(hidden=3)
     model.example_input_array = torch.zeros(2, 4)
-    quiet_trainer(tmp_path, enable_model_summary=True).fit(model, make_loader())
-    out = capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="stages.callbacks.model_summary"):
+        quiet_trainer(tmp_path, enable_model_summary=True).fit(model, make_loader())
+    out = caplog.text
     assert "In sizes" in out and "Out sizes" in out
     row = next(line for line in out.splitlines() if line.startswith("0 ") and "Sequential" in line)
     assert "[2, 4]" in row and "[2, 2]" in row

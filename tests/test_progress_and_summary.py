@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from types import SimpleNamespace
 from typing import Any
@@ -112,12 +113,14 @@ def test_human_count() -> None:
     ]
 
 
-def test_model_summary_callback_prints_on_global_zero_only(capsys: pytest.CaptureFixture[str]) -> None:
-    ModelSummary().on_fit_start(_trainer(), _Net())
-    assert "encoder" in capsys.readouterr().out
-    ModelSummary().on_fit_start(_trainer(is_global_zero=False), _Net())
-    ModelSummary(max_depth=0).on_fit_start(_trainer(), _Net())
-    assert capsys.readouterr().out == ""
+def test_model_summary_callback_logs_on_global_zero_only(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="stages.callbacks.model_summary"):
+        ModelSummary().on_fit_start(_trainer(), _Net())
+        [record] = caplog.records
+        assert record.levelno == logging.INFO and "encoder" in record.getMessage()
+        ModelSummary().on_fit_start(_trainer(is_global_zero=False), _Net())
+        ModelSummary(max_depth=0).on_fit_start(_trainer(), _Net())
+    assert len(caplog.records) == 1
 
 
 @pytest.mark.parametrize("depth", [-2, 1.0, True])

@@ -1,7 +1,8 @@
-"""A table of the model's layers and parameter counts, printed when fit starts."""
+"""A table of the model's layers and parameter counts, logged when fit starts."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -11,11 +12,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from devices.transfer import move_to_device
 from stages.callbacks.callback import Callback
 
+_log = logging.getLogger(__name__)
 _UNITS = ("", " K", " M", " B", " T")
 
 
 class ModelSummary(Callback):
-    """Prints `summarize(pl_module, max_depth)` on global rank zero as fit starts (max_depth=0: nothing)."""
+    """Logs `summarize(pl_module, max_depth)` at INFO on global rank zero as fit starts (max_depth=0: nothing), as
+    Lightning does: it shows on the console unless the program's logging setup sends it elsewhere."""
 
     def __init__(self, max_depth: int = 1) -> None:
         _check_max_depth(max_depth)
@@ -28,7 +31,7 @@ class ModelSummary(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self._max_depth == 0 or not trainer.is_global_zero:
             return
-        print(summarize(pl_module, self._max_depth))
+        _log.info("\n" + summarize(pl_module, self._max_depth))
 
 
 def summarize(module: nn.Module, max_depth: int = 1) -> str:

@@ -42,12 +42,10 @@ def _parse_duration_string(value: str) -> timedelta:
 
 
 def _parse_duration_dict(value: dict[str, float]) -> timedelta:
-    unknown = sorted(str(key) for key in value if key not in _TIMEDELTA_KEYS)
-    if unknown:
-        raise ValueError(
-            f"Duration {value!r} has unknown keys {unknown}; allowed keys are {', '.join(_TIMEDELTA_KEYS)}."
-        )
-    return timedelta(**value)
+    try:
+        return timedelta(**value)
+    except TypeError as error:  # timedelta's own words first, as Lightning passes them on
+        raise ValueError(f"{error} (duration {value!r}; allowed keys are {', '.join(_TIMEDELTA_KEYS)})") from None
 
 
 class Timer(Callback):
