@@ -33,7 +33,7 @@ from stages.metrics import MetricsCollector
 from stages.module import LightningModule
 from stages.optimization import LightningOptimizer, LRSchedulerConfig, Optimization
 from stages.progress import BatchProgress
-from stages.rank_zero import rank_zero_info
+from stages.rank_zero import rank_zero_info, rank_zero_warn
 from stages.training import FitLoop
 from statemachine import distributed, profilers
 from statemachine.config import InvalidTrainerArguments, TrainerConfig, environment_defaults, validate_config
@@ -836,6 +836,11 @@ def _say_devices(strategy: devices.Strategy) -> None:
     used = isinstance(strategy.accelerator, devices.CUDAAccelerator)
     rank_zero_info(f"GPU available: {cuda}{' (cuda)' if cuda else ''}, used: {used}")
     rank_zero_info("TPU available: False, using: 0 TPU cores")
+    if cuda and not used:
+        rank_zero_warn(
+            "GPU available but not used. You can set it by doing `Trainer(accelerator='gpu')`.",
+            category=PossibleUserWarning,
+        )
 
 
 # What 1 (an int: one batch) and 1.0 (a float: all of them) mean for each flag that takes both.

@@ -21,6 +21,8 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 import statemachine as L
+from devices.accelerators import CUDAAccelerator
+from stages.exceptions import PossibleUserWarning
 
 
 class CallLogger(L.Logger):
@@ -593,3 +595,12 @@ def test_a_users_logging_setup_decides_where_the_lines_go(tmp_path: Path) -> Non
     assert "root statemachine: TPU available: False, using: 0 TPU cores" in lines
     assert "TPU available: False, using: 0 TPU cores" not in lines  # no second copy from a handler of ours
     assert "root statemachine: `Trainer.fit` stopped: `max_epochs=2` reached." in lines
+
+
+def test_a_gpu_left_unused_is_pointed_out_as_lightning_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning warns when a GPU is there but the Trainer runs elsewhere; no GPU here, so CUDA is said to exist."""
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: True))
+    with pytest.warns(
+        PossibleUserWarning, match=r"GPU available but not used. You can set it by doing `Trainer\(accelerator='gpu'\)`"
+    ):
+        L.Trainer(accelerator="cpu", logger=False, default_root_dir=tmp_path)
