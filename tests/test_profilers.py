@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import pstats
 from pathlib import Path
 from typing import Any
@@ -73,10 +74,11 @@ def test_simple_profiler_writes_one_report_per_entry_point_into_the_log_dir(tmp_
     assert "training_step" not in test_report  # each report covers its own run
 
 
-def test_simple_profiler_without_filename_prints_the_summary(tmp_path: Path, capsys: Any) -> None:
+def test_simple_profiler_without_filename_logs_the_summary(tmp_path: Path, caplog: Any) -> None:
     loader = make_loader()
-    quiet_trainer(tmp_path, profiler="simple").validate(TinyModel(), loader, verbose=False)
-    printed = capsys.readouterr().out
+    with caplog.at_level(logging.INFO):
+        quiet_trainer(tmp_path, profiler="simple").validate(TinyModel(), loader, verbose=False)
+    printed = "\n".join(record.getMessage() for record in caplog.records)
     assert "VALIDATE Profiler Report" in printed
     assert "[LightningModule]TinyModel.validation_step" in printed
     assert not list(tmp_path.glob("*.txt"))

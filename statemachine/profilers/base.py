@@ -15,6 +15,7 @@ from typing import Any
 
 import fsspec
 
+from stages.rank_zero import rank_zero_info
 from statemachine.engine.history import join_path, write_atomic
 
 
@@ -63,7 +64,7 @@ class Profiler(ABC):
             if self.filename and self.dirpath:
                 _append(join_path(self.dirpath, self._prepare_filename()), summary)
             else:
-                print(summary)
+                rank_zero_info(summary)  # Lightning's way: an INFO line, shown on the console by default
         self.teardown(self._stage)
 
     def teardown(self, stage: str | None) -> None:
