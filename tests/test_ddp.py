@@ -681,11 +681,21 @@ def test_sigterm_to_one_rank_stops_every_rank_with_one_checkpoint_that_resumes_e
 
 
 class TerminatesItsLauncher(SeededRanks):
-    """Rank 0 sends SIGTERM to the process that launched the ranks, as a cluster preempting the job would."""
+    """Rank 0 sends SIGTERM to the process that launched the ranks, as a cluster preempting the job would.
+
+    It does so once both ranks are inside batch 5 (so both have sent their flags for after batch 4), and goes on
+    only once the launcher's forward has reached it (so its flags sent after batch 5 carry it, whenever the forward
+    reaches rank 1): the ranks agree on it after batch 6 and stop there, at global step 7, however loaded the
+    machine is."""
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
-        if self.global_rank == 0 and self.global_step == 5:
-            os.kill(os.getppid(), signal.SIGTERM)
+        if self.global_step == 5:
+            torch.distributed.barrier()
+            if self.global_rank == 0:
+                os.kill(os.getppid(), signal.SIGTERM)
+                deadline = time.monotonic() + 60
+                while not self.trainer.received_sigterm and time.monotonic() < deadline:
+                    time.sleep(0.01)  # polls for the forwarded signal; the deadline only bounds a broken forward
         return super().training_step(batch, batch_idx)
 
 
