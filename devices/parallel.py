@@ -180,8 +180,15 @@ class ParallelStrategy(Strategy):
         # Starting the processes is no collective: a short collective timeout must not fail a slow start.
         waiting = max(timeout, RENDEZVOUS_TIMEOUT)
         self._store = dist.TCPStore(host, port, size, is_master=rank == 0 and not hosted_elsewhere, timeout=waiting)
-        _log.info("rank %d/%d: joining the %s process group at %s:%d", rank, size, self.backend, host, port)
+        _log.info(f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{size}")  # Lightning's lines
+        _log.debug("rank %d joins the %s process group at %s:%d", rank, self.backend, host, port)
         dist.init_process_group(self.backend, store=self._store, rank=rank, world_size=size, timeout=timeout)
+        if rank == 0:
+            rule = "-" * 100
+            _log.info(
+                f"{rule}\ndistributed_backend={self.backend}\n"
+                f"All distributed processes registered. Starting with {size} processes\n{rule}\n"
+            )
         made_by_trainer(dist.group.WORLD)
         atexit.register(self._leave)
         children = getattr(self.launcher, "dead_children", None)
