@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ from devices.transfer import map_leaves, move_to_device
 from stages import saving
 from stages.class_only import class_only
 from stages.device_dtype import DeviceDtypeModuleMixin
-from stages.exceptions import MisconfigurationException
+from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hparams import HyperparametersMixin
 
 
@@ -149,6 +150,14 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
             raise MisconfigurationException(
                 f"self.log({name!r}, ...) was called outside the Trainer's control flow; call it from a hook"
             )
+        if self._trainer.barebones:
+            warnings.warn(
+                "You are trying to `self.log()` but `Trainer(barebones=True)` is configured. Logging can impact raw "
+                "speed so it is disabled under this setting.",
+                TrainerWarning,
+                stacklevel=2,
+            )
+            return
         self._trainer.run.metrics.log(
             self._current_fx_name,
             name,

@@ -263,22 +263,56 @@ class TrainerConfig(BaseModel):
 
     def _check_barebones(self) -> None:
         conflicts = [
-            name
-            for name, bad in (
-                ("enable_checkpointing", bool(self.enable_checkpointing)),
-                ("enable_progress_bar", bool(self.enable_progress_bar)),
-                ("enable_model_summary", bool(self.enable_model_summary)),
-                ("logger", self.logger not in (None, False)),
-                ("log_every_n_steps", self.log_every_n_steps not in (None, 0)),
-                ("num_sanity_val_steps", self.num_sanity_val_steps not in (None, 0)),
-                ("fast_dev_run", self.fast_dev_run not in (False, 0)),
-                ("detect_anomaly", self.detect_anomaly),
-                ("profiler", self.profiler is not None),
+            f"`Trainer(barebones=True, {name}={value!r})` was passed. {why} in barebones mode."
+            for name, value, bad, why in (
+                (
+                    "enable_checkpointing",
+                    self.enable_checkpointing,
+                    bool(self.enable_checkpointing),
+                    _SLOWS % "Checkpointing",
+                ),
+                ("logger", self.logger, self.logger not in (None, False), _SLOWS % "Logging"),
+                (
+                    "enable_progress_bar",
+                    self.enable_progress_bar,
+                    bool(self.enable_progress_bar),
+                    _SLOWS % "The progress bar",
+                ),
+                (
+                    "log_every_n_steps",
+                    self.log_every_n_steps,
+                    self.log_every_n_steps not in (None, 0),
+                    _SLOWS % "Logging",
+                ),
+                (
+                    "enable_model_summary",
+                    self.enable_model_summary,
+                    bool(self.enable_model_summary),
+                    _SLOWS % "Model summary",
+                ),
+                (
+                    "num_sanity_val_steps",
+                    self.num_sanity_val_steps,
+                    self.num_sanity_val_steps not in (None, 0),
+                    _SLOWS % "Sanity checking",
+                ),
+                (
+                    "fast_dev_run",
+                    self.fast_dev_run,
+                    self.fast_dev_run not in (False, 0),
+                    "Development run is not meant for raw speed evaluation so it is disabled",
+                ),
+                ("detect_anomaly", self.detect_anomaly, self.detect_anomaly, _SLOWS % "Anomaly detection"),
+                ("profiler", self.profiler, self.profiler is not None, _SLOWS % "Profiling"),
             )
             if bad
         ]
         if conflicts:
-            raise ValueError(f"barebones=True turns off {', '.join(conflicts)}; do not set them explicitly")
+            raise ValueError("; ".join(conflicts))
+
+
+# Lightning's reason for each flag barebones=True turns off.
+_SLOWS = "%s can impact raw speed so it is disabled"
 
 
 def validate_config(arguments: dict[str, Any]) -> TrainerConfig:

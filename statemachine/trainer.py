@@ -167,8 +167,9 @@ class Trainer:
         self.barebones = barebones
         if barebones:
             _log.info(
-                "barebones=True: logger, checkpointing, progress bar, model summary, sanity check and step "
-                "logging are off"
+                "You are running in `Trainer(barebones=True)` mode. All features that may impact raw speed have been "
+                "disabled to facilitate analyzing the Trainer overhead. Specifically, the following features are "
+                "deactivated:\n" + "\n".join(_BAREBONES_OFF)
             )
         self.fast_dev_run = config.fast_dev_run
         self.max_steps = config.max_steps
@@ -843,6 +844,18 @@ def _say_devices(strategy: devices.Strategy) -> None:
         )
 
 
+# What barebones=True turns off, as Lightning lists it.
+_BAREBONES_OFF = (
+    " - Checkpointing: `Trainer(enable_checkpointing=True)`",
+    " - Progress bar: `Trainer(enable_progress_bar=True)`",
+    " - Model summary: `Trainer(enable_model_summary=True)`",
+    " - Logging: `Trainer(logger=True)`, `Trainer(log_every_n_steps>0)`, `LightningModule.log(...)`, "
+    "`LightningModule.log_dict(...)`",
+    " - Sanity checking: `Trainer(num_sanity_val_steps>0)`",
+    " - Development run: `Trainer(fast_dev_run=True)`",
+    " - Anomaly detection: `Trainer(detect_anomaly=True)`",
+    " - Profiling: `Trainer(profiler=...)`",
+)
 # What 1 (an int: one batch) and 1.0 (a float: all of them) mean for each flag that takes both.
 _ONE_MEANS: dict[str, tuple[str, str]] = {
     "limit_train_batches": ("1 batch per epoch will be used.", "100% of the batches per epoch will be used.."),

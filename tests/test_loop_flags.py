@@ -7,6 +7,7 @@ Trainer's read-only properties.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
@@ -661,7 +662,8 @@ def test_barebones_turns_everything_off(tmp_path: Any) -> None:
     kinds = (L.Checkpoint, ProgressBar, ModelSummary)
     assert not [c for c in trainer.callbacks if isinstance(c, kinds)]
     assert (trainer.num_sanity_val_steps, trainer.log_every_n_steps) == (0, 0)
-    fit(trainer, val=batches(2))
+    with pytest.warns(UserWarning, match=r"`Trainer\(barebones=True\)` is configured"):  # the model's self.log
+        fit(trainer, val=batches(2))
     assert not recorder.sanity_started
     assert recorder.validations == [(0, 4)]
     assert not any(files for _, _, files in os.walk(tmp_path))
@@ -682,8 +684,32 @@ def test_barebones_turns_everything_off(tmp_path: Any) -> None:
 )
 def test_barebones_refuses_explicit_conflicts(flag: dict[str, Any]) -> None:
     (name,) = flag
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=rf"`Trainer\(barebones=True, {name}=.+\)` was passed\. .+ in barebones mode"):
         L.Trainer(barebones=True, **flag)
+
+
+def test_barebones_says_what_it_turns_off_and_ignores_self_log(tmp_path: Any, caplog: Any) -> None:
+    class Logs(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = self.layer(batch[0]).sum()
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    with caplog.at_level(logging.INFO):
+        trainer = L.Trainer(barebones=True, max_epochs=1, default_root_dir=str(tmp_path))
+    assert "You are running in `Trainer(barebones=True)` mode." in caplog.text
+    assert " - Logging: `Trainer(logger=True)`, `Trainer(log_every_n_steps>0)`" in caplog.text
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+    with pytest.warns(UserWarning, match=r"`self.log\(\)` but `Trainer\(barebones=True\)` is configured"):
+        trainer.fit(Logs(), data)
+    assert trainer.callback_metrics == {} and trainer.global_step == 2
 
 
 @pytest.mark.parametrize("flag", [{"enable_checkpointing": False}, {"logger": False}, {"num_sanity_val_steps": 0}])
