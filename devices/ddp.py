@@ -46,7 +46,6 @@ class DDPStrategy(ParallelStrategy):
             checkpoint_io=checkpoint_io,
         )
         self.ddp_kwargs = ddp_kwargs
-        self.model: DistributedDataParallel | None = None
 
     def setup_module(self, module: ModuleT) -> ModuleT:
         module = super().setup_module(module)
@@ -60,7 +59,7 @@ class DDPStrategy(ParallelStrategy):
     def teardown(self, module: nn.Module | None = None, optimizers: Any = ()) -> None:
         if module is not None:
             module.__dict__.pop("training_step", None)
-        self.model = None
+        self.model = self.lightning_module  # unwrapped, as after Lightning's teardown
         super().teardown(module, optimizers)
 
 

@@ -41,6 +41,18 @@ class Strategy(ABC):
         self._checkpoint_io: CheckpointIO = DEFAULT_CHECKPOINT_IO
         if checkpoint_io is not None:
             self.checkpoint_io = checkpoint_io
+        self._lightning_module: Any = None
+        self.model: Any = None  # the module the steps run on: the LightningModule, or a strategy's wrapper of it
+
+    def connect(self, model: Any) -> None:
+        """The Trainer connects the module each call runs (Lightning's call): `lightning_module` is that module, and
+        `model` too until `setup_module` wraps it."""
+        self._lightning_module = model
+        self.model = model
+
+    @property
+    def lightning_module(self) -> Any:
+        return self._lightning_module
 
     @property
     def checkpoint_io(self) -> CheckpointIO:

@@ -70,7 +70,16 @@ class LogValueError(MisconfigurationException, ValueError):
 
 
 _REDUCTIONS = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
-_TORCH_REDUCTIONS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+# Lightning also takes Python's own sum, max and min.
+_TORCH_REDUCTIONS = {
+    torch.mean: "mean",
+    torch.sum: "sum",
+    torch.max: "max",
+    torch.min: "min",
+    sum: "sum",
+    max: "max",
+    min: "min",
+}
 
 
 def _flags(fx: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:

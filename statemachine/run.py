@@ -96,6 +96,7 @@ class Run:
     def connect(self) -> None:
         """The call's model and data become the trainer's, so hooks and dataloader resolution see them."""
         self.attach(self.model, self.datamodule)
+        self.strategy.connect(self.model)
         self.hooks.reset()
 
     # ---- what the machine needs of the run ----------------------------------------------------------------

@@ -540,3 +540,17 @@ def test_a_lightning_optimizer_built_alone_reads_and_clears_like_its_optimizer()
     with pytest.raises(RuntimeError, match=r"LightningOptimizer.step\(\) needs a trainer"):
         wrapped.step()
     assert torch.equal(weight.detach(), torch.ones(2))
+
+
+def test_a_strategy_is_connected_to_the_module_it_runs(tmp_path: Path) -> None:
+    """Lightning's `strategy.connect(model)`, `strategy.lightning_module` and `strategy.model`, also on a strategy
+    built alone, as libraries pass them around."""
+    from statemachine.strategies import DDPStrategy
+
+    alone, module = DDPStrategy(), TinyModel()
+    alone.connect(module)
+    assert alone.lightning_module is module and alone.model is module
+    model = TinyModel()
+    trainer = quiet_trainer(tmp_path, limit_train_batches=2)
+    trainer.fit(model, make_loader())
+    assert trainer.strategy.lightning_module is model and trainer.strategy.model is model
