@@ -306,10 +306,10 @@ class MetricsCollector:
 
     def log(
         self,
+        state: str,
         fx: str,
         name: str,
         value: Any,
-        *,
         prog_bar: bool,
         logger: bool,
         on_step: bool | None,
@@ -322,9 +322,9 @@ class MetricsCollector:
         sync_dist_group: Any = None,
         rank_zero_only: bool = False,
     ) -> None:
+        """`self.log` in hook `fx` while the machine is in `state` (whose stage chooses where the value goes)."""
         if rank_zero_only and self.trainer.global_rank != 0:
             return  # only rank 0's value is logged, and it is not synced: the other ranks may not log it at all
-        state = run_of(self.trainer).flow.machine_state
         bucket = self._bucket_by_state[state] if state in self._bucket_by_state else self._bucket_for(state)
         if bucket is None:
             raise MisconfigurationException(
@@ -340,6 +340,8 @@ class MetricsCollector:
         metric = None if isinstance(value, Tensor) or not _is_torchmetric(value) else value
         if metric is not None:
             tensor = _metric_step_value(value)
+        elif type(value) is Tensor and not value.ndim and value.is_floating_point() and not enable_graph:
+            tensor = value.detach()  # the usual value (a float scalar tensor) as _as_tensor takes it, without a call
         else:
             tensor = _as_tensor(fx, name, value, enable_graph, self._warned_not_floating)
         if add_dataloader_idx and self.num_dataloaders > 1 and fx not in _STEP_HOOKS:

@@ -158,21 +158,24 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
                 stacklevel=2,
             )
             return
-        self._trainer.run.metrics.log(
+        run = self._trainer.run
+        # Positional, in MetricsCollector.log's order: this runs for every self.log call.
+        run.metrics.log(
+            run.flow.machine_state,
             self._current_fx_name,
             name,
             value,
-            prog_bar=prog_bar,
-            logger=True if logger is None else logger,
-            on_step=on_step,
-            on_epoch=on_epoch,
-            reduce_fx=reduce_fx,
-            enable_graph=enable_graph,
-            add_dataloader_idx=add_dataloader_idx,
-            batch_size=batch_size,
-            sync_dist=sync_dist,
-            sync_dist_group=sync_dist_group,
-            rank_zero_only=rank_zero_only,
+            prog_bar,
+            True if logger is None else logger,
+            on_step,
+            on_epoch,
+            reduce_fx,
+            enable_graph,
+            add_dataloader_idx,
+            batch_size,
+            sync_dist,
+            sync_dist_group,
+            rank_zero_only,
         )
 
     def log_dict(
