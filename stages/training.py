@@ -540,7 +540,7 @@ class FitLoop:
         optimizer = run.optimization.optimizers[0]
         training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        zero_grad_progress, step_progress = self.zero_grad_progress, self.optimizer_step_progress
+        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
@@ -555,8 +555,7 @@ class FitLoop:
                 loss.backward()
             if (batch_idx + 1) % k == 0 or is_last:
                 optimizer.step()
-                step_progress.increment_step()  # what on_optimizer_stepped does in automatic optimization
-                self.stepped_this_batch = True
+                on_optimizer_stepped()
             return output, loss
 
         return direct_step
@@ -626,8 +625,7 @@ class FitLoop:
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
-        sigterm = self._sigterm_agreed if self.multi_process else trainer.received_sigterm  # see _sigterm_stops
-        if sigterm and not epoch_training_done(trainer):
+        if self._sigterm_stops() and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
         return epoch_should_end(trainer)
 

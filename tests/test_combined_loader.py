@@ -140,11 +140,14 @@ def test_limit_train_batches_applies_to_each_combined_iterable(tmp_path: Path) -
 def test_sequential_mode_is_refused_for_training(tmp_path: Path) -> None:
     combined = CombinedLoader([_loader(2, 1.0), _loader(4, 2.0)], "sequential")
     started: list[int] = []
-    model = PairModel()
-    model.on_train_epoch_start = lambda: started.append(model.current_epoch)  # type: ignore[method-assign]
+
+    class StartsEpochs(PairModel):
+        def on_train_epoch_start(self) -> None:
+            started.append(self.current_epoch)
+
     # Lightning's ValueError, once the epoch has started
     with pytest.raises(ValueError, match=r'`_FitLoop` does not support the `CombinedLoader\(mode="sequential"\)` mode'):
-        quiet_trainer(tmp_path, max_epochs=1).fit(model, combined)
+        quiet_trainer(tmp_path, max_epochs=1).fit(StartsEpochs(), combined)
     assert started == [0]
 
 
