@@ -10,7 +10,7 @@ from devices.checkpoint_plugin import DEFAULT_CHECKPOINT_IO, CheckpointIO
 from devices.ddp import DDPStrategy
 from devices.environments import ClusterEnvironment, detect
 from devices.parallel import ParallelStrategy
-from devices.precision import MixedPrecision, Precision, canonical_precision, resolve_precision
+from devices.precision import FSDPPrecision, MixedPrecision, Precision, canonical_precision, resolve_precision
 from devices.strategy import SingleDeviceStrategy, Strategy
 
 _ACCELERATORS: dict[str, type[Accelerator]] = {"cpu": CPUAccelerator, "cuda": CUDAAccelerator}
@@ -68,6 +68,8 @@ def connect(
             f"strategy='single_device' runs one process, but devices={devices!r} with num_nodes={num_nodes!r} asks "
             "for several; use strategy='ddp' (or 'ddp_spawn') or devices=1"
         )
+    if isinstance(plugin, FSDPPrecision) and not _is_fsdp(parallel):
+        problems.append(f"the precision plugin {plugin!r} shards with FSDP: it needs strategy='fsdp' (FSDPStrategy)")
     if sync_batchnorm and parallel is None and not multi and not problems:
         problems.append("sync_batchnorm=True needs a multi-process strategy such as strategy='ddp'")
     if given_io is not None and isinstance(strategy, Strategy) and strategy.checkpoint_io is not DEFAULT_CHECKPOINT_IO:
@@ -96,6 +98,12 @@ def connect(
     return parallel
 
 
+def _is_fsdp(strategy: Strategy | None) -> bool:
+    from devices.fsdp import FSDPStrategy  # only asked with an FSDPPrecision plugin, which needs FSDP2 anyway
+
+    return isinstance(strategy, FSDPStrategy)
+
+
 def _devices_from_environment(devices: Any, environment: ClusterEnvironment) -> Any:
     """Under torchrun or SLURM, `devices="auto"` means the processes the launcher started on this node."""
     per_node = environment.processes_per_node() if devices == "auto" else None
@@ -117,14 +125,14 @@ def _resolve_precision(value: Any, plugins: Any, accelerator: Accelerator | None
     """
     given = _precision_plugin(plugins)
     if given is not None and value is not None:
-        raise ValueError(
-            f"precision={value!r} and the precision plugin {given!r} in plugins were both given; choose one"
-        )
+        raise ValueError(f"Received both `precision={value}` and `plugins={given!r}`. Choose one.")
     if accelerator is None:
         canonical_precision(value)
         return None
     if given is None:
         return resolve_precision(value, accelerator.name)
+    if isinstance(given, FSDPPrecision):
+        given.on_accelerator(accelerator.name)
     if isinstance(given, MixedPrecision) and given.device != accelerator.name:
         raise ValueError(
             f"the precision plugin {given!r} autocasts on {given.device!r}, but the run uses accelerator "

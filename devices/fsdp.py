@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from devices.accelerators import Accelerator
 from devices.environments import ClusterEnvironment
 from devices.parallel import DEFAULT_TIMEOUT
-from devices.precision import MixedPrecision, Precision
+from devices.precision import MixedPrecision, Precision, fsdp_policy
 from devices.sharded_strategy import ShardedStrategy
 from devices.strategy import ModuleT
 
@@ -174,10 +174,7 @@ class FSDPStrategy(ShardedStrategy):
     def _mp_policy(self) -> MixedPrecisionPolicy:
         if self.mixed_precision is not None:
             return self.mixed_precision
-        if isinstance(self.precision, MixedPrecision):
-            # bf16-mixed: compute in bfloat16 on gathered bf16 copies; shards and gradient reduction stay float32.
-            return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        return MixedPrecisionPolicy()
+        return cast(MixedPrecisionPolicy, fsdp_policy(self.precision))
 
     def __repr__(self) -> str:
         return (

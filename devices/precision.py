@@ -228,6 +228,73 @@ class DoublePrecision(_TruePrecision):
     dtype = torch.float64
 
 
+# The precisions Lightning's FSDPPrecision takes, in its order.
+_FSDP_PRECISIONS = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
+
+
+class FSDPPrecision(Precision):
+    """Lightning's precision plugin for `FSDPStrategy`: `precision` says how the sharded module computes.
+
+    It trains as the plain plugin of that name does (autocast, input casting, the step), on the run's
+    accelerator; `mixed_precision_config` is the FSDP2 `MixedPrecisionPolicy` the strategy shards with.
+    '16-mixed' is refused: its gradient scaler does not handle sharded gradients.
+    """
+
+    def __init__(self, precision: str, scaler: Any = None) -> None:
+        if precision not in _FSDP_PRECISIONS:
+            raise ValueError(
+                f"`precision={precision!r})` is not supported in FSDP. `precision` must be one of: {_FSDP_PRECISIONS}."
+            )
+        if precision == "16-mixed" or scaler is not None:
+            raise ValueError(
+                f"FSDPPrecision({precision!r}, scaler={scaler!r}) is not supported: a gradient scaler does not handle "
+                "sharded gradients; use 'bf16-mixed' (or 'bf16-true', '32-true')"
+            )
+        self.name = precision
+        self.plain = resolve_precision(precision)
+
+    @property
+    def precision(self) -> str:
+        return self.name
+
+    def on_accelerator(self, device_type: str) -> None:
+        """Autocast where the run computes."""
+        self.plain = resolve_precision(self.name, device_type)
+
+    @property
+    def mixed_precision_config(self) -> Any:
+        """The FSDP2 `MixedPrecisionPolicy` for this precision."""
+        return fsdp_policy(self.plain)
+
+    def convert_module(self, module: ModuleT) -> ModuleT:
+        return self.plain.convert_module(module)
+
+    def convert_input(self, data: Any) -> Any:
+        return self.plain.convert_input(data)
+
+    @property
+    def casts_input(self) -> bool:
+        return self.plain.casts_input
+
+    def tensor_init_context(self) -> AbstractContextManager[None]:
+        return self.plain.tensor_init_context()
+
+    def forward_context(self) -> AbstractContextManager[None]:
+        return self.plain.forward_context()
+
+
+def fsdp_policy(precision: Precision) -> Any:
+    """The FSDP2 `MixedPrecisionPolicy` a sharded module computes under with `precision`: 'bf16-mixed' gathers
+    bfloat16 copies of the float32 shards and reduces gradients in float32; the others compute in their
+    parameters' own dtype."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy  # loaded on first use: importing FSDP2 is slow
+
+    plain = precision.plain if isinstance(precision, FSDPPrecision) else precision
+    if isinstance(plain, MixedPrecision):
+        return MixedPrecisionPolicy(param_dtype=plain._dtype, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
 @contextmanager
 def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
     previous = torch.get_default_dtype()

@@ -15,7 +15,7 @@ import statemachine as L
 from devices.checkpoint_io import load_checkpoint
 from devices.transfer import convert_floating
 from stages.exceptions import TrainerWarning
-from statemachine.plugins import DoublePrecision, HalfPrecision, MixedPrecision, Precision
+from statemachine.plugins import DoublePrecision, FSDPPrecision, HalfPrecision, MixedPrecision, Precision
 
 ALLOWED = ("'64-true'", "'32-true'", "'16-mixed'", "'bf16-mixed'", "'16-true'", "'bf16-true'")
 
@@ -433,7 +433,8 @@ def test_unknown_and_unsupported_precisions_are_refused_with_the_allowed_values(
 
 def test_plugins_take_one_precision_plugin_instead_of_the_flag(tmp_path: Path) -> None:
     assert quiet_trainer(tmp_path, accelerator="cpu", plugins=HalfPrecision("bf16-true")).precision == "bf16-true"
-    with pytest.raises(L.MisconfigurationException, match="precision='bf16-mixed' and the precision plugin"):
+    both = r"Received both `precision=bf16-mixed` and `plugins=DoublePrecision\('64-true'\)`. Choose one."
+    with pytest.raises(L.MisconfigurationException, match=both):
         quiet_trainer(tmp_path, precision="bf16-mixed", plugins=[DoublePrecision()])
     with pytest.raises(L.MisconfigurationException, match="holds 2 precision plugins"):
         quiet_trainer(tmp_path, plugins=[DoublePrecision(), DoublePrecision()])
@@ -455,3 +456,33 @@ def test_precision_plugins_refuse_bad_arguments() -> None:
         MixedPrecision("bf16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
     with pytest.raises(ValueError, match="'16-true' or 'bf16-true'"):
         HalfPrecision("16-mixed")
+
+
+@pytest.mark.parametrize("value", ["64-true", "16", "bf16", 32])
+def test_fsdp_precision_takes_lightning_s_five_names_only(value: Any) -> None:
+    with pytest.raises(ValueError, match="is not supported in FSDP. `precision` must be one of") as raised:
+        FSDPPrecision(value)
+    assert repr(value) in str(raised.value)
+
+
+def test_fsdp_precision_maps_each_name_to_an_fsdp2_policy() -> None:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mixed = FSDPPrecision("bf16-mixed")
+    assert mixed.precision == "bf16-mixed"
+    # bfloat16 copies of float32 shards to compute with; gradients reduced in float32
+    assert mixed.mixed_precision_config == MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for name in ("32-true", "16-true", "bf16-true"):  # the parameters' own dtype throughout
+        assert FSDPPrecision(name).mixed_precision_config == MixedPrecisionPolicy()
+    module = FSDPPrecision("bf16-true").convert_module(nn.Linear(2, 2))
+    assert module.weight.dtype == torch.bfloat16
+
+
+def test_fsdp_precision_refuses_a_gradient_scaler() -> None:
+    with pytest.raises(ValueError, match="a gradient scaler does not handle sharded gradients; use 'bf16-mixed'"):
+        FSDPPrecision("16-mixed")
+
+
+def test_fsdp_precision_needs_the_fsdp_strategy(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs strategy='fsdp'"):
+        quiet_trainer(tmp_path, plugins=[FSDPPrecision("bf16-mixed")])

@@ -113,6 +113,15 @@ def test_bf16_mixed_computes_in_bfloat16_on_float32_shards(tmp_path: Path) -> No
     assert all(torch.isfinite(w).all() for w in _weights(tmp_path).values())
 
 
+def test_an_fsdp_precision_plugin_trains_as_the_precision_flag_does(tmp_path: Path) -> None:
+    _fit(tmp_path / "flag", precision="bf16-mixed", epochs=1)
+    _fit(tmp_path / "plugin", fsdp_precision="bf16-mixed", epochs=1)
+    for record in _ranks(tmp_path / "plugin"):
+        assert record["gathered_dtype"] == record["compute_dtype"] == "torch.bfloat16"
+        assert record["parameter_dtype"] == "torch.float32"
+    _assert_same_weights(_weights(tmp_path / "plugin"), _weights(tmp_path / "flag"))
+
+
 def test_model_parallel_shards_in_configure_model_through_the_device_mesh(ddp_run: Path, tmp_path: Path) -> None:
     _fit(tmp_path, strategy="model_parallel", state_dict_type="sharded", sizes=[2, 1], save_top_k=1)
     _assert_same_weights(_weights(tmp_path), _weights(ddp_run))

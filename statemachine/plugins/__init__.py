@@ -7,7 +7,7 @@ _PRECISION = "statemachine.plugins.precision"
 _ENVIRONMENTS = "statemachine.plugins.environments"
 _IO = "statemachine.plugins.io"
 _EXPORTS = {
-    **dict.fromkeys(("DoublePrecision", "HalfPrecision", "MixedPrecision", "Precision"), _PRECISION),
+    **dict.fromkeys(("DoublePrecision", "FSDPPrecision", "HalfPrecision", "MixedPrecision", "Precision"), _PRECISION),
     **dict.fromkeys(
         ("ClusterEnvironment", "LightningEnvironment", "SLURMEnvironment", "TorchElasticEnvironment"), _ENVIRONMENTS
     ),
@@ -17,7 +17,6 @@ _NOT_BUILT = (
     "AsyncCheckpointIO",
     "BitsandbytesPrecision",
     "DeepSpeedPrecision",
-    "FSDPPrecision",
     "TransformerEnginePrecision",
     "XLAPrecision",
 )

@@ -5,7 +5,8 @@ fit, and at on_train_start) and every rank `OUT/rank<R>.json` (steps, epochs, th
 dtypes a training step saw). CONFIG keys: strategy (ddp | fsdp | model_parallel), devices, epochs, ckpt (resume
 from), state_dict_type, sharding_strategy, device_mesh, precision, checkpointing (activation checkpointing of the
 blocks), save_top_k, empty_init, clip (gradient_clip_val), sizes (ModelParallel's data and tensor parallel
-sizes), kill_in_save (rank 1 kills itself inside that numbered sharded save).
+sizes), kill_in_save (rank 1 kills itself inside that numbered sharded save), fsdp_precision (given as an
+FSDPPrecision plugin instead of `precision`).
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def main() -> None:
         accelerator="cpu",
         devices=config.get("devices", 2),
         strategy=strategy(config),
-        precision=config.get("precision", "32-true"),
+        precision=None if "fsdp_precision" in config else config.get("precision", "32-true"),
+        plugins=[L.plugins.FSDPPrecision(config["fsdp_precision"])] if "fsdp_precision" in config else None,
         max_epochs=config.get("epochs", 2),
         gradient_clip_val=config.get("clip"),
         logger=False,
