@@ -155,6 +155,3 @@ class Run:
         finally:
             if not flow.spec.resting:
                 flow.abandon(exception)
-            # Held past the interrupt, the exception's frames would keep the run's objects (its process group
-            # among them) alive until the cyclic collector runs, after the caller has handled it.
-            self.exception = None
