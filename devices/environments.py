@@ -10,10 +10,8 @@ import os
 import re
 import signal
 import socket
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
 
 LOOPBACK = "127.0.0.1"
 # Set by the `ddp` launcher in the children it starts, so they join instead of launching again.
@@ -241,13 +239,12 @@ def first_hostname(nodelist: str) -> str:
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
-# Weak: a destroyed group must be freed, or gloo's threads outlive it into interpreter exit.
-_GROUPS_MADE_BY_TRAINERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_GROUPS_MADE_BY_TRAINERS: list[object] = []
 
 
-def made_by_trainer(group: Any) -> None:
+def made_by_trainer(group: object) -> None:
     """A strategy made `group` (the default process group) for its run."""
-    _GROUPS_MADE_BY_TRAINERS.add(group)
+    _GROUPS_MADE_BY_TRAINERS.append(group)
 
 
 class ProcessGroupEnvironment(ClusterEnvironment):
@@ -266,7 +263,7 @@ class ProcessGroupEnvironment(ClusterEnvironment):
         if not (dist.is_available() and dist.is_initialized()):
             return False
         world = dist.group.WORLD
-        return world not in _GROUPS_MADE_BY_TRAINERS
+        return not any(group is world for group in _GROUPS_MADE_BY_TRAINERS)
 
     @property
     def creates_processes_externally(self) -> bool:

@@ -12,11 +12,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
-# Imported before any process group exists: its functions take `group=group.WORLD` as a default, so a first import
-# once a group exists (DDP's constructor does it) holds that group forever; its gloo threads then run on into
-# interpreter exit, where they can abort the process.
-import torch.distributed.nn.functional  # noqa: F401
 from torch import Tensor, nn
 
 from devices.accelerators import Accelerator

@@ -459,10 +459,7 @@ class Trainer:
             # As Lightning: once the interrupt edge has shut the run down, Ctrl-C ends the program with status 1.
             raise SystemExit(1) from interrupt
         finally:
-            # Nothing of the call outlives it (its results and predictions may be large). The exception's frames
-            # hold the run: kept on it, they would keep its objects (DDP's process group among them) alive after
-            # the caller handled the error, until the cyclic collector ran.
-            run.exception = None
+            # Nothing of the call outlives it (its results and predictions may be large).
             self._run = None
             del self._flow.context
             if not self._ckpt_path_user_set:  # a path the user set stays until an argument replaces it

@@ -8,7 +8,6 @@ Imported, its model and data serve the in-process spawn/fork tests.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import signal
@@ -143,8 +142,6 @@ def main(argv: list[str]) -> None:
         default_root_dir=out,
         log_every_n_steps=1,
     )
-    # Registered before the run makes its process group, so it runs after the trainer's own exit handler.
-    atexit.register(_record_exit, out, trainer)
     trainer.fit(model, loader(4), loader(4))
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     validated = trainer.validate(model, loader(4), verbose=False)
@@ -170,14 +167,6 @@ def main(argv: list[str]) -> None:
         record["tested_alone"] = alone.test(model, loader(4), verbose=False)
         record["alone_world_size"] = alone.world_size
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
-
-
-def _record_exit(out: Path, trainer: L.Trainer) -> None:
-    """The gloo threads still running as the process exits (none once the run's process group is gone)."""
-    tasks = Path("/proc/self/task")
-    names = [(task / "comm").read_text().strip() for task in tasks.iterdir()]
-    gloo = sorted(name for name in names if "gloo" in name)
-    (out / f"exit{trainer.global_rank}.json").write_text(json.dumps({"gloo_threads": gloo}))
 
 
 if __name__ == "__main__":

@@ -114,9 +114,6 @@ def test_torchrun_processes_join_instead_of_launching(tmp_path: Path) -> None:
     result = _run(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     _assert_two_ranks_agree(tmp_path)
-    # the trainer made the process group, so it ends it at exit, gloo's threads included
-    for rank in (0, 1):
-        assert json.loads((tmp_path / f"exit{rank}.json").read_text()) == {"gloo_threads": []}
 
 
 def test_spawn_gives_the_main_process_the_results_and_matches_one_process_with_twice_the_batch(
@@ -730,8 +727,6 @@ def test_a_process_group_made_before_the_trainer_is_joined_and_left_standing(tmp
     for rank, seen in enumerate((first, second)):
         assert (seen["world_size"], seen["global_rank"], seen["strategy"]) == (2, rank, "DDPStrategy")
         assert seen["standing"] and seen["reduced"] == 1.0  # the same group, still usable: 0 + 1
-        # destroying it ends it: nothing of the run (DDP included) holds it, so gloo's threads stop with it
-        assert seen["threads_left"] == []
     if fail:
         assert first["failed"] == second["failed"] == "every rank fails at step 1"
     else:
