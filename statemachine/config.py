@@ -262,57 +262,29 @@ class TrainerConfig(BaseModel):
         return self
 
     def _check_barebones(self) -> None:
+        # A flag is set when it holds anything but "unset" or "off" (None, False, 0).
         conflicts = [
             f"`Trainer(barebones=True, {name}={value!r})` was passed. {why} in barebones mode."
-            for name, value, bad, why in (
-                (
-                    "enable_checkpointing",
-                    self.enable_checkpointing,
-                    bool(self.enable_checkpointing),
-                    _SLOWS % "Checkpointing",
-                ),
-                ("logger", self.logger, self.logger not in (None, False), _SLOWS % "Logging"),
-                (
-                    "enable_progress_bar",
-                    self.enable_progress_bar,
-                    bool(self.enable_progress_bar),
-                    _SLOWS % "The progress bar",
-                ),
-                (
-                    "log_every_n_steps",
-                    self.log_every_n_steps,
-                    self.log_every_n_steps not in (None, 0),
-                    _SLOWS % "Logging",
-                ),
-                (
-                    "enable_model_summary",
-                    self.enable_model_summary,
-                    bool(self.enable_model_summary),
-                    _SLOWS % "Model summary",
-                ),
-                (
-                    "num_sanity_val_steps",
-                    self.num_sanity_val_steps,
-                    self.num_sanity_val_steps not in (None, 0),
-                    _SLOWS % "Sanity checking",
-                ),
-                (
-                    "fast_dev_run",
-                    self.fast_dev_run,
-                    self.fast_dev_run not in (False, 0),
-                    "Development run is not meant for raw speed evaluation so it is disabled",
-                ),
-                ("detect_anomaly", self.detect_anomaly, self.detect_anomaly, _SLOWS % "Anomaly detection"),
-                ("profiler", self.profiler, self.profiler is not None, _SLOWS % "Profiling"),
-            )
-            if bad
+            for name, why in _BAREBONES_REASONS
+            if (value := getattr(self, name)) not in (None, False)
         ]
         if conflicts:
             raise ValueError("; ".join(conflicts))
 
 
-# Lightning's reason for each flag barebones=True turns off.
 _SLOWS = "%s can impact raw speed so it is disabled"
+# Each flag barebones=True turns off, with Lightning's reason, in Lightning's order.
+_BAREBONES_REASONS = (
+    ("enable_checkpointing", _SLOWS % "Checkpointing"),
+    ("logger", _SLOWS % "Logging"),
+    ("enable_progress_bar", _SLOWS % "The progress bar"),
+    ("log_every_n_steps", _SLOWS % "Logging"),
+    ("enable_model_summary", _SLOWS % "Model summary"),
+    ("num_sanity_val_steps", _SLOWS % "Sanity checking"),
+    ("fast_dev_run", "Development run is not meant for raw speed evaluation so it is disabled"),
+    ("detect_anomaly", _SLOWS % "Anomaly detection"),
+    ("profiler", _SLOWS % "Profiling"),
+)
 
 
 def validate_config(arguments: dict[str, Any]) -> TrainerConfig:
