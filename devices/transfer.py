@@ -20,21 +20,31 @@ def move_to_device(data: Any, device: torch.device | str | int) -> Any:
     the caller's containers are not modified (what an object's own `.to` does is up to it).
     Anything else is returned as it is.
     """
+    return mover_to(device)(data)
+
+
+def mover_to(device: torch.device | str | int) -> Callable[[Any], Any]:
+    """`move_to_device` for one device, for a loop that moves every batch: its fast path (a tensor, or a flat
+    tuple/list of tensors, already there) is written for the device once. On the host it asks `is_cpu`, which
+    builds no device object."""
     target = device if isinstance(device, torch.device) else torch.device(device)
-    # The per-batch fast path, written inline (it runs for every batch): a tensor, or a flat tuple/list of
-    # tensors, already on the device.
-    kind = type(data)
-    if kind is Tensor:
-        if data.device == target:
-            return data
-    elif kind is tuple or kind is list:
-        for item in data:
-            if type(item) is not Tensor or item.device != target:
-                break
-        else:
-            return data
     # Copies host -> GPU can overlap with compute; copies to the host must finish before Python reads them.
-    return _move(data, target, non_blocking=target.type == "cuda")
+    non_blocking, host = target.type == "cuda", target.type == "cpu"
+
+    def move(data: Any) -> Any:
+        kind = type(data)
+        if kind is Tensor:
+            if data.is_cpu if host else data.device == target:
+                return data
+        elif kind is tuple or kind is list:
+            for item in data:
+                if type(item) is not Tensor or not (item.is_cpu if host else item.device == target):
+                    break
+            else:
+                return data
+        return _move(data, target, non_blocking)
+
+    return move
 
 
 def convert_floating(data: Any, dtype: torch.dtype) -> Any:

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from devices.strategy import Strategy
-from devices.transfer import move_to_device
+from devices.transfer import mover_to
 from stages import samplers, seed
 from stages.combined_loader import CombinedLoader, length
 from stages.contract import run_of
@@ -380,9 +380,9 @@ def _direct_transfer(trainer: TrainerView) -> Callable[[Any], Any] | None:
     if trainer.datamodule is not None or run_of(trainer).hooks.module_overrides_any(_TRANSFER_HOOKS):
         return None
     device, precision = strategy.root_device, strategy.precision
-    # The strategy's default batch_to_device is move_to_device: called directly, one call less per batch.
+    # The strategy's default batch_to_device is move_to_device: its mover, called directly, is one call per batch.
     to_device: Callable[[Any], Any] = (
-        partial(move_to_device, device=device)
+        mover_to(device)
         if type(strategy).batch_to_device is Strategy.batch_to_device
         else partial(strategy.batch_to_device, device=device)
     )

@@ -447,6 +447,11 @@ class MetricsCollector:
             logger.log_metrics(scalars, step=step)
             logger.save()
 
+    def bucket(self, bucket_name: str) -> Mapping[str, object]:
+        """The values logged into `bucket_name` since it was last reset: one dict, cleared in place, so a loop may
+        hold it and ask per batch whether anything was logged."""
+        return self._buckets[bucket_name]
+
     def reset_bucket(self, bucket_name: str) -> None:
         self._buckets[bucket_name].clear()
 

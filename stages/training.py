@@ -34,7 +34,7 @@ from stages.progress import BatchProgress, Progress, StepProgress, ZeroGradProgr
 from stages.resume import CONTINUES_EPOCH, ResumePoint
 
 if TYPE_CHECKING:
-    from stages.contract import OptimizationView, RunView, TrainerView
+    from stages.contract import RunView, TrainerView
 
 _log = logging.getLogger(__name__)
 
@@ -384,23 +384,26 @@ class FitLoop:
         function (see `_step_function`) and where its input comes from (a loader's batch, moved to the device, or
         the `dataloader_iter` a step fetches from, see `_fetching_calls`) are chosen once per epoch, after the
         epoch-start hooks, which may change them. For a small model these lines are the trainer's whole per-batch
-        cost."""
+        cost: what a batch may skip is decided here once, and its counters advance in place."""
         trainer = self.trainer
         run = run_of(trainer)
         hooks, optimization, metrics, progress = run.hooks, run.optimization, run.metrics, self.batch_progress
-        poll_val_check = run.flow.poller("val_check")
+        # Every val_check guard of the table requires a validating epoch: one that does not has nothing to poll.
+        poll_val_check = run.flow.poller("val_check") if self.epoch_validates else None
         step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
         transfer = data.train_transfer_for(trainer)
-        logs_step_metrics = self._logs_step_metrics
+        logs_step_metrics, step_values = self._logs_step_metrics, metrics.bucket("train")
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
+        total, current = progress.total, progress.current
         if multi_process:
             self._send_flags(stop_requested=False)
         for index, item, is_last in calls:
             self.batch_idx = index
             self.is_last_batch = progress.is_last_batch = is_last
-            progress.increment_ready()
+            total.ready += 1
+            current.ready += 1
             # The batch hooks see the loader's batch; around a fetching step, the batch it fetched last.
             if fetching:
                 step_input, batch, batch_idx = item, item.batch, item.batch_idx
@@ -411,7 +414,8 @@ class FitLoop:
             if start_hooks and self._batch_start_ends_epoch(batch, batch_idx):
                 self.is_last_batch = True
                 break
-            progress.increment_started()
+            total.started += 1
+            current.started += 1
             self.stepped_this_batch = False
             ran_out = False
             try:
@@ -423,7 +427,8 @@ class FitLoop:
             if fetching:
                 batch, batch_idx = item.batch, item.batch_idx
                 self.is_last_batch = progress.is_last_batch = item.done or ran_out
-            progress.increment_processed()
+            total.processed += 1
+            current.processed += 1
             if optimization.lr_scheduler_configs:
                 self._step_schedulers(index, self.is_last_batch)
                 if ran_out and automatic:
@@ -432,13 +437,21 @@ class FitLoop:
                     optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
             if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
-            progress.increment_completed()
-            metrics.step_end("train", self.batches_that_stepped, logs_step_metrics)
+            total.completed += 1
+            current.completed += 1
+            if step_values:  # the batch logged something
+                metrics.step_end("train", self.batches_that_stepped, logs_step_metrics)
             stop_requested = self._take_flags() if multi_process else False
-            if poll_val_check():
+            if poll_val_check is not None and poll_val_check():
                 yield None
                 poll_val_check = run.flow.poller("val_check")  # for the state the machine resumed the epoch in
-            epoch_ends = self._batch_done(optimization)
+            if self.stepped_this_batch:
+                if automatic and optimization.lr_scheduler_configs:
+                    optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
+                self.batches_that_stepped += 1
+            if trainer.should_stop or trainer.received_sigterm:
+                self._stop_requested()
+            epoch_ends = epoch_should_end(trainer)
             if multi_process:
                 # Sent after the batch's validation and decisions, so that what they set goes out, and the clock a
                 # validation restarted is read afresh.
@@ -535,27 +548,32 @@ class FitLoop:
 
     def _direct_step(self) -> StepFunction:
         """What an automatic step's closure does when nothing hooks into it, in its order, with what it reads bound
-        once: it runs for every batch."""
+        once: it runs for every batch. Nothing can observe the step halfway, so its counters advance after it."""
         run = run_of(self.trainer)
         optimizer = run.optimization.optimizers[0]
         training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
+        zero_grads, steps = self.zero_grad_progress, self.optimizer_step_progress
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
                 output = training_step(batch, batch_idx)
             loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
-            if batch_idx % k == 0:
+            zeroes = batch_idx % k == 0
+            if zeroes:
                 optimizer.zero_grad()
-                zero_grad_progress.increment_whole()
             if loss is not None:
                 loss = loss / k if k > 1 else loss
                 check_loss(loss)
                 loss.backward()
-            if (batch_idx + 1) % k == 0 or is_last:
+            stepping = (batch_idx + 1) % k == 0 or is_last
+            if stepping:
                 optimizer.step()
-                on_optimizer_stepped()
+                self.stepped_this_batch = True
+            if zeroes:
+                zero_grads.increment_whole()
+            if stepping:
+                steps.increment_step()
             return output, loss
 
         return direct_step
@@ -614,20 +632,15 @@ class FitLoop:
         if is_last or batch_idx + 1 == self.num_training_batches:
             optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
 
-    def _batch_done(self, optimization: OptimizationView) -> bool:
-        """After a batch and its poll: the batch's bookkeeping (plateau schedulers, counters, loggers saved on a
-        stop, a SIGTERM raised); returns whether the epoch ends here."""
+    def _stop_requested(self) -> None:
+        """After a batch that asked to stop or saw a SIGTERM: the loggers save what they hold, and a SIGTERM that
+        stops the run is raised, unless this epoch's training is done anyway."""
         trainer = self.trainer
-        if self.stepped_this_batch:
-            if self.automatic and optimization.lr_scheduler_configs:
-                optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
-            self.batches_that_stepped += 1
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
         if self._sigterm_stops() and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
-        return epoch_should_end(trainer)
 
     def _send_flags(self, stop_requested: bool) -> None:
         """Multi-process, before a batch: start agreeing this rank's inputs to the loop's decisions (`should_stop`,

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
+from itertools import product
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from conftest import Boom, TinyModel, make_loader, quiet_trainer
 
 import statemachine as L
+from statemachine.engine.binding import resolve
 from statemachine.engine.history import check_path, load_history
 from statemachine.engine.table import TABLE
 
@@ -313,3 +317,43 @@ def test_sigint_is_ignored_during_the_shutdown_and_restored_after(tmp_path: Any)
         trainer.fit(TinyModel(fail_in="training_step"), make_loader())
     assert seen == [signal.SIG_IGN]
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def _val_check_inputs(epoch_validates: bool) -> list[Any]:
+    """Every combination of what the val_check guards read, as runs (plain namespaces: the guards only read)."""
+    runs = []
+    for is_last, interval, fetches, stop, time_passed, every, batch_idx in product(
+        (False, True), (math.inf, None, 1, 3), (False, True), (False, True), (False, True), (None, 1), (0, 2)
+    ):
+        trainer = SimpleNamespace(
+            should_stop=stop,
+            min_epochs=None,
+            min_steps=None,
+            current_epoch=0,
+            global_step=batch_idx,
+            limit_train_batches=3,
+            check_val_every_n_epoch=every,
+        )
+        loop = SimpleNamespace(
+            epoch_validates=epoch_validates,
+            is_last_batch=is_last,
+            val_check_batch=interval,
+            fetches_itself=fetches,
+            batch_idx=batch_idx,
+            total_batch_idx=batch_idx,
+            time_for_validation=lambda passed=time_passed: passed,
+        )
+        runs.append(SimpleNamespace(trainer=trainer, fit_loop=loop))
+    return runs
+
+
+def test_no_val_check_guard_passes_in_an_epoch_that_does_not_validate() -> None:
+    """The training loop polls val_check only in an epoch that validates: every val_check guard must require it
+    (and each can pass in one that does, so the inputs above reach it)."""
+    paths = {spec.name: spec.path for spec in TABLE.guards}
+    names = [t.guard_name for t in TABLE.transitions if t.trigger == "val_check"]
+    assert names and None not in names, "every val_check edge has a guard"
+    for name in names:
+        guard = resolve(paths[name])
+        assert not any(guard(run) for run in _val_check_inputs(epoch_validates=False)), name
+        assert any(guard(run) for run in _val_check_inputs(epoch_validates=True)), name
