@@ -388,8 +388,8 @@ class FitLoop:
         trainer = self.trainer
         run = run_of(trainer)
         hooks, optimization, metrics, progress = run.hooks, run.optimization, run.metrics, self.batch_progress
-        # Every val_check guard of the table requires a validating epoch: one that does not has nothing to poll.
-        poll_val_check = run.flow.poller("val_check") if self.epoch_validates else None
+        # No val_check candidate can pass in this epoch (the table's require a validating epoch): nothing to poll.
+        poll_val_check = run.flow.poller("val_check") if run.flow.may_pass("val_check") else None
         step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
         transfer = data.train_transfer_for(trainer)
@@ -449,9 +449,11 @@ class FitLoop:
                 if automatic and optimization.lr_scheduler_configs:
                     optimization.step_schedulers("step", self.batch_idx + 1, plateau=True)
                 self.batches_that_stepped += 1
+            # Without a stop asked for, the epoch ends when its training is done.
             if trainer.should_stop or trainer.received_sigterm:
-                self._stop_requested()
-            epoch_ends = epoch_should_end(trainer)
+                epoch_ends = self._stop_requested()
+            else:
+                epoch_ends = epoch_training_done(trainer)
             if multi_process:
                 # Sent after the batch's validation and decisions, so that what they set goes out, and the clock a
                 # validation restarted is read afresh.
@@ -548,12 +550,15 @@ class FitLoop:
 
     def _direct_step(self) -> StepFunction:
         """What an automatic step's closure does when nothing hooks into it, in its order, with what it reads bound
-        once: it runs for every batch. Nothing can observe the step halfway, so its counters advance after it."""
+        once: it runs for every batch. Nothing can observe the step halfway, so its counters advance in place after
+        it; the loss is checked where the check looks (a logging step, the epoch's last batch), without a call."""
         run = run_of(self.trainer)
         optimizer = run.optimization.optimizers[0]
         training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        zero_grads, steps = self.zero_grad_progress, self.optimizer_step_progress
+        should_log = self.should_log
+        zero_total, zero_current = self.zero_grad_progress.total, self.zero_grad_progress.current
+        step_total, step_current = self.optimizer_step_progress.total, self.optimizer_step_progress.current
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
@@ -564,16 +569,25 @@ class FitLoop:
                 optimizer.zero_grad()
             if loss is not None:
                 loss = loss / k if k > 1 else loss
-                check_loss(loss)
+                if is_last or should_log():
+                    check_loss(loss)
                 loss.backward()
             stepping = (batch_idx + 1) % k == 0 or is_last
             if stepping:
                 optimizer.step()
                 self.stepped_this_batch = True
-            if zeroes:
-                zero_grads.increment_whole()
-            if stepping:
-                steps.increment_step()
+            if zeroes:  # zero_grad: ready, started, completed
+                zero_total.ready += 1
+                zero_total.started += 1
+                zero_total.completed += 1
+                zero_current.ready += 1
+                zero_current.started += 1
+                zero_current.completed += 1
+            if stepping:  # optimizer step: ready, completed
+                step_total.ready += 1
+                step_total.completed += 1
+                step_current.ready += 1
+                step_current.completed += 1
             return output, loss
 
         return direct_step
@@ -632,15 +646,16 @@ class FitLoop:
         if is_last or batch_idx + 1 == self.num_training_batches:
             optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
 
-    def _stop_requested(self) -> None:
+    def _stop_requested(self) -> bool:
         """After a batch that asked to stop or saw a SIGTERM: the loggers save what they hold, and a SIGTERM that
-        stops the run is raised, unless this epoch's training is done anyway."""
+        stops the run is raised, unless this epoch's training is done anyway. Returns whether the epoch ends."""
         trainer = self.trainer
         if trainer.should_stop:
             for logger in trainer.loggers:
                 logger.save()
         if self._sigterm_stops() and not epoch_training_done(trainer):
             raise SIGTERMException(agreed=self.multi_process)
+        return epoch_should_end(trainer)
 
     def _send_flags(self, stop_requested: bool) -> None:
         """Multi-process, before a batch: start agreeing this rank's inputs to the loop's decisions (`should_stop`,

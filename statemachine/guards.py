@@ -74,6 +74,11 @@ def _out_of_time(run: Run) -> bool:
 # decides, so a later guard never repeats what an earlier one covers.
 
 
+def epoch_validates(run: Run) -> bool:
+    """The running epoch validates: decided at its start, it holds for the whole epoch."""
+    return run.fit_loop.epoch_validates
+
+
 def validates_at_epoch_end(run: Run) -> bool:
     """The epoch's last batch ran, and its end is not counted in batches: the loader has no length, or the step
     fetches its own batches (with a length, `val_batches_counted` counts up to the epoch's end)."""

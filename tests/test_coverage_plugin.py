@@ -25,6 +25,7 @@ GUARDS = [
     "should_sanity_check",
     "needs_val_loaders",
     "fit_done",
+    "epoch_validates",
     "validates_at_epoch_end",
     "validates_before_stop",
     "val_time_elapsed",

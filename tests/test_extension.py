@@ -328,3 +328,10 @@ def test_a_callbacks_extend_table_extends_the_machine_before_the_run(tmp_path: A
     assert [r.trigger for r in trainer.history][:2] == ["validate", "finish"]
     assert "fitting.warming_up" in [r.end_state for r in trainer.history]
     assert check_path(trainer.history, WARMUP) == []
+
+
+def test_a_guard_requiring_an_unknown_guard_is_named() -> None:
+    with pytest.raises(ValueError, match="guard 'late' requires unknown guard 'never_declared'"):
+        L.TABLE.extend(
+            guards={"late": L.GuardSpec(name="late", path="statemachine.guards:fit_done", requires="never_declared")}
+        )

@@ -14,6 +14,7 @@ from conftest import Boom, TinyModel, make_loader, quiet_trainer
 
 import statemachine as L
 from statemachine.engine.binding import resolve
+from statemachine.engine.coverage import COVERAGE
 from statemachine.engine.history import check_path, load_history
 from statemachine.engine.table import TABLE
 
@@ -347,13 +348,36 @@ def _val_check_inputs(epoch_validates: bool) -> list[Any]:
     return runs
 
 
-def test_no_val_check_guard_passes_in_an_epoch_that_does_not_validate() -> None:
-    """The training loop polls val_check only in an epoch that validates: every val_check guard must require it
+def test_every_val_check_guard_requires_a_validating_epoch_and_fails_without_one() -> None:
+    """The training loop polls val_check only where a candidate may pass: the table says each built-in val_check
+    guard requires `epoch_validates`, so each must fail in an epoch that does not validate, whatever else holds
     (and each can pass in one that does, so the inputs above reach it)."""
-    paths = {spec.name: spec.path for spec in TABLE.guards}
+    specs = TABLE.guard_specs
     names = [t.guard_name for t in TABLE.transitions if t.trigger == "val_check"]
     assert names and None not in names, "every val_check edge has a guard"
+    assert resolve(specs["epoch_validates"].path)(_val_check_inputs(epoch_validates=False)[0]) is False
     for name in names:
-        guard = resolve(paths[name])
+        assert specs[name].requires == "epoch_validates", name
+        guard = resolve(specs[name].path)
         assert not any(guard(run) for run in _val_check_inputs(epoch_validates=False)), name
         assert any(guard(run) for run in _val_check_inputs(epoch_validates=True)), name
+
+
+def test_an_epoch_that_does_not_validate_asks_no_val_check_guard_but_a_users_candidate_is_still_polled(
+    tmp_path: Any,
+) -> None:
+    """`check_val_every_n_epoch=2`: the first epoch does not validate, so its batches ask none of the table's
+    val_check guards (their requirement fails once per epoch); the second validates at its end."""
+
+    def counts(name: str) -> tuple[int, int]:  # (true, false) so far in this session
+        return COVERAGE.guard_counts(name)
+
+    before = {name: counts(name) for name in ("epoch_validates", "val_batches_counted")}
+    trainer = quiet_trainer(
+        tmp_path, max_epochs=2, limit_train_batches=3, limit_val_batches=1, check_val_every_n_epoch=2
+    )
+    trainer.fit(TinyModel(), make_loader(), make_loader())
+    added = {name: tuple(a - b for a, b in zip(counts(name), before[name])) for name in before}
+    assert added["epoch_validates"] == (1, 1)  # asked once per epoch: the second validates, the first does not
+    assert added["val_batches_counted"] == (1, 2)  # asked by the second epoch's three batches alone
+    assert [r.batch_idx for r in trainer.history if r.trigger == "val_check"] == [2]

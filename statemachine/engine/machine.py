@@ -120,6 +120,7 @@ class Flow:
             )
             for spec in table.guards
         }
+        self._requires = {spec.name: spec.requires for spec in table.guards if spec.requires is not None}
         # Per (trigger, state): each candidate's (guard name or None, negated), for the per-batch poll.
         self._polls: dict[tuple[str, str], list[tuple[str | None, bool]]] = {}
         for spec in table.transitions:
@@ -190,6 +191,21 @@ class Flow:
         if poller is None:
             poller = self._pollers[key] = self._build_poller(trigger, self._polls.get(key, []))
         return poller
+
+    def may_pass(self, trigger: str) -> bool:
+        """Whether a poll of `trigger` in the current state could fire: False when every candidate's guard requires
+        a guard that fails now (`GuardSpec.requires`). A loop asks it once for the stretch in which those required
+        guards cannot change (an epoch), and polls nothing while it is False."""
+        decided: dict[str, bool] = {}
+        for name, negated in self._polls.get((trigger, self.machine_state), []):
+            required = None if name is None or negated else self._requires.get(name)
+            if required is None:
+                return True
+            if required not in decided:
+                decided[required] = self.evaluate(required)[0]
+            if decided[required]:
+                return True
+        return False
 
     def _build_poller(self, trigger: str, candidates: list[tuple[str | None, bool]]) -> Callable[[], bool]:
         names = [name for name, negated in candidates if name is not None and not negated]

@@ -55,6 +55,10 @@ class GuardSpec(BaseModel):
     `collective` marks a guard that reads rank-local values (a flag one rank's code sets, a clock): in a
     multi-process run its outcome is reduced across ranks ("any": true if one rank says so; "all": only if every
     rank does) at that one decision point, so every rank takes the same edge.
+
+    `requires` names a guard this one cannot pass without, and that holds or fails for a whole stretch of a loop
+    (an epoch): a loop asks it once for the stretch, and polls nothing when no candidate can pass
+    (`Flow.may_pass`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -62,6 +66,7 @@ class GuardSpec(BaseModel):
     name: str
     path: str
     collective: Collective | None = None
+    requires: str | None = None
     doc: str = ""
 
 
@@ -234,6 +239,9 @@ class MachineTable(BaseModel):
             unknown = [name for name in t.callbacks if name not in self.callbacks]
             if unknown:
                 problems.append(f"{t.key}: unknown callbacks {unknown}; declare them in the table's callbacks")
+        for guard in self.guards:
+            if guard.requires is not None and guard.requires not in guard_names:
+                problems.append(f"guard {guard.name!r} requires unknown guard {guard.requires!r}")
         keys = [t.key for t in self.transitions]
         problems += [f"duplicate transition {key!r}" for key in sorted(set(keys)) if keys.count(key) > 1]
         return problems
@@ -588,25 +596,35 @@ _GUARDS = (
         collective="any",
         doc="a stop condition holds; its value is the reason",
     ),
+    GuardSpec(
+        name="epoch_validates",
+        path="statemachine.guards:epoch_validates",
+        doc="the running epoch validates (check_val_every_n_epoch, validation enabled): set at its start",
+    ),
     # The val_check guards need no collective: their rank-local inputs (should_stop, the clock) are agreed per batch.
+    # Each requires a validating epoch: an epoch that does not validate polls none of them.
     GuardSpec(
         name="validates_at_epoch_end",
         path="statemachine.guards:validates_at_epoch_end",
+        requires="epoch_validates",
         doc="the epoch's last batch ran, and its end is not counted in batches (data without a length)",
     ),
     GuardSpec(
         name="validates_before_stop",
         path="statemachine.guards:validates_before_stop",
+        requires="epoch_validates",
         doc="should_stop is set and the minimums are met: validate once more before fit stops",
     ),
     GuardSpec(
         name="val_time_elapsed",
         path="statemachine.guards:val_time_elapsed",
+        requires="epoch_validates",
         doc="validation is scheduled by time and the interval has passed",
     ),
     GuardSpec(
         name="val_batches_counted",
         path="statemachine.guards:val_batches_counted",
+        requires="epoch_validates",
         doc="the val_check_interval-th batch ran (at 1.0, the epoch's last of a loader with a length)",
     ),
 )
