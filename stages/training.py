@@ -393,7 +393,10 @@ class FitLoop:
         step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
         transfer = data.train_transfer_for(trainer)
-        logs_step_metrics, step_values = self._logs_step_metrics, metrics.bucket("train")
+        # Whether a batch's logged values go to the loggers: with accumulation, only a batch that steps decides.
+        accumulates = automatic and trainer.accumulate_grad_batches > 1
+        logs_step_metrics = self._logs_step_metrics if accumulates else self.should_log
+        step_values = metrics.bucket("train")
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
         total, current = progress.total, progress.current
