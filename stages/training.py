@@ -557,15 +557,21 @@ class FitLoop:
         it; the loss is checked where the check looks (a logging step, the epoch's last batch), without a call."""
         run = run_of(self.trainer)
         optimizer = run.optimization.optimizers[0]
-        training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
+        training_step, takes_idx, module_state = run.hooks.step_method("training_step")
+        check_loss = run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
         should_log = self.should_log
         zero_total, zero_current = self.zero_grad_progress.total, self.zero_grad_progress.current
         step_total, step_current = self.optimizer_step_progress.total, self.optimizer_step_progress.current
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
-            with torch.enable_grad():
-                output = training_step(batch, batch_idx)
+            previous = module_state["_current_fx_name"]
+            module_state["_current_fx_name"] = "training_step"  # the hook self.log reads
+            try:
+                with torch.enable_grad():
+                    output = training_step(batch, batch_idx) if takes_idx else training_step(batch)
+            finally:
+                module_state["_current_fx_name"] = previous
             loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
             zeroes = batch_idx % k == 0
             if zeroes:

@@ -7,8 +7,6 @@ Action names follow Lightning's: `[Callback]{state_key}.{hook}`, `[LightningModu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from stages.callbacks.callback import Callback
@@ -52,10 +50,6 @@ class ProfiledHookRunner(HookRunner):
             return super().module(name, *args, **kwargs)
         finally:
             self.profiler.stop(action)
-
-    def step_method(self, name: str) -> Callable[[Any, int], Any]:
-        """Each call timed as `module(name, ...)` times it."""
-        return partial(self.module, name)
 
     def datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:
         datamodule = self.trainer.datamodule
