@@ -47,6 +47,12 @@ class DDPStrategy(ParallelStrategy):
         )
         self.ddp_kwargs = ddp_kwargs
 
+    @property
+    def plain_steps(self) -> bool:
+        """In 32-bit precision backward and the optimizer step are plain: DDP all-reduces the gradients from inside
+        backward, prepared by its forward, which the module's `training_step` goes through (see `setup_module`)."""
+        return type(self.precision) is Precision
+
     def setup_module(self, module: ModuleT) -> ModuleT:
         module = super().setup_module(module)
         if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):

@@ -39,9 +39,9 @@ def sigterm_stops_evaluation(trainer: TrainerView) -> bool:
 def epoch_training_done(trainer: TrainerView) -> bool:
     """After a batch: this epoch has no more training to do (its batches ran out, or max_steps is reached)."""
     loop = trainer.fit_loop
-    if max_steps_reached(trainer):
+    if loop.is_last_batch or loop.batch_progress.current.ready == loop.num_training_batches:
         return True
-    return loop.is_last_batch or loop.batch_progress.current.ready == loop.num_training_batches
+    return trainer.max_steps != -1 and max_steps_reached(trainer)  # asked after every batch: no call when unset
 
 
 def epoch_should_end(trainer: TrainerView) -> bool:
