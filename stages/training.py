@@ -388,7 +388,7 @@ class FitLoop:
         trainer = self.trainer
         run = run_of(trainer)
         hooks, optimization, metrics, progress = run.hooks, run.optimization, run.metrics, self.batch_progress
-        # No val_check candidate can pass in this epoch (the table's require a validating epoch): nothing to poll.
+        # No val_check candidate can pass in this epoch (the table's require a validating one): nothing to poll.
         poll_val_check = run.flow.poller("val_check") if run.flow.may_pass("val_check") else None
         step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
@@ -554,7 +554,7 @@ class FitLoop:
     def _direct_step(self) -> StepFunction:
         """What an automatic step's closure does when nothing hooks into it, in its order, with what it reads bound
         once: it runs for every batch. Nothing can observe the step halfway, so its counters advance in place after
-        it; the loss is checked where the check looks (a logging step, the epoch's last batch), without a call."""
+        it; the loss check is called only where it looks (a logging step, the epoch's last batch)."""
         run = run_of(self.trainer)
         optimizer = run.optimization.optimizers[0]
         training_step, takes_idx, module_state = run.hooks.step_method("training_step")
