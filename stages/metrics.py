@@ -400,11 +400,9 @@ class MetricsCollector:
             return
         if self._syncing:
             self._sync_step_values(bucket)
-        callback, logged, progress = _step_view(bucket, bucket_name == "train", consume=True)
-        self._callback.update(callback)
+        logged: dict[str, Tensor] = {}  # this batch's, for the loggers; the views get theirs in place
+        _route_step_values(bucket, bucket_name == "train", self._callback, logged, self._progress, consume=True)
         self._logged.update(logged)
-        if progress:
-            self._progress.update(progress)
         if logged and send_to_loggers():
             self._send(logged, step, add_epoch)
 
@@ -483,13 +481,26 @@ class MetricsCollector:
 
 
 def _step_view(
-    bucket: dict[str, _Entry], training: bool, consume: bool = False
+    bucket: dict[str, _Entry], training: bool
 ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
     """What the batch in flight logged on_step: loggers and the progress bar see it; callbacks only in training
-    (evaluation step values never become callback metrics). `consume`: the batch ended, forget its values."""
+    (evaluation step values never become callback metrics)."""
     callback: dict[str, Tensor] = {}
     logged: dict[str, Tensor] = {}
     progress: dict[str, Tensor] = {}
+    _route_step_values(bucket, training, callback, logged, progress)
+    return callback, logged, progress
+
+
+def _route_step_values(
+    bucket: dict[str, _Entry],
+    training: bool,
+    callback: dict[str, Tensor],
+    logged: dict[str, Tensor],
+    progress: dict[str, Tensor],
+    consume: bool = False,
+) -> None:
+    """`_step_view`'s routing, into the given dicts. `consume`: the batch ended, forget its values."""
     for name, entry in bucket.items():
         value = entry.step_value
         if value is None or not entry.on_step:
@@ -503,7 +514,6 @@ def _step_view(
             callback[name] = callback[key] = value
         if entry.prog_bar:
             progress[key] = value
-    return callback, logged, progress
 
 
 def _epoch_view(
