@@ -194,16 +194,27 @@ class HookRunner:
         finally:
             state["_current_fx_name"] = previous
 
-    def step_method(self, name: str) -> tuple[Callable[..., Any], bool, dict[str, Any]]:
-        """The user's step method `name`, resolved once for a loop that calls it every batch: the bound method,
-        whether it takes `batch_idx`, and the module's `__dict__`, in which the caller sets the hook name that
-        `self.log` reads (`_current_fx_name`) around each call, as `module(name, ...)` does."""
+    def step_method(self, name: str) -> Callable[[Any, int], Any]:
+        """`module(name, batch, batch_idx)` for the user's step method `name`, resolved once for a loop that calls
+        it every batch: the method, whether it takes `batch_idx`, and the hook name `self.log` reads meanwhile."""
         module = self._module
         plan = self._module_plans.get(name)
         if plan is None:
             plan = self._plan(name)
         assert plan in (_USER, _USER_WITHOUT_BATCH_IDX), f"{name} is the user's step method"
-        return getattr(module, name), plan == _USER, module.__dict__
+        method = getattr(module, name)
+        state = module.__dict__
+        takes_idx = plan == _USER
+
+        def call(batch: Any, batch_idx: int) -> Any:
+            previous = state["_current_fx_name"]
+            state["_current_fx_name"] = name
+            try:
+                return method(batch, batch_idx) if takes_idx else method(batch)
+            finally:
+                state["_current_fx_name"] = previous
+
+        return call
 
     def module_overrides(self, name: str) -> bool:
         return self._module_overrides_hook(name, self._module)

@@ -384,7 +384,7 @@ class FitLoop:
         function (see `_step_function`) and where its input comes from (a loader's batch, moved to the device, or
         the `dataloader_iter` a step fetches from, see `_fetching_calls`) are chosen once per epoch, after the
         epoch-start hooks, which may change them. For a small model these lines are the trainer's whole per-batch
-        cost: what a batch may skip is decided here once, and its counters advance in place."""
+        cost: what a batch may skip is decided here once."""
         trainer = self.trainer
         run = run_of(trainer)
         hooks, optimization, metrics, progress = run.hooks, run.optimization, run.metrics, self.batch_progress
@@ -399,14 +399,12 @@ class FitLoop:
         step_values = metrics.bucket("train")
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
-        total, current = progress.total, progress.current
         if multi_process:
             self._send_flags(stop_requested=False)
         for index, item, is_last in calls:
             self.batch_idx = index
             self.is_last_batch = progress.is_last_batch = is_last
-            total.ready += 1
-            current.ready += 1
+            progress.increment_ready()
             # The batch hooks see the loader's batch; around a fetching step, the batch it fetched last.
             if fetching:
                 step_input, batch, batch_idx = item, item.batch, item.batch_idx
@@ -417,8 +415,7 @@ class FitLoop:
             if start_hooks and self._batch_start_ends_epoch(batch, batch_idx):
                 self.is_last_batch = True
                 break
-            total.started += 1
-            current.started += 1
+            progress.increment_started()
             self.stepped_this_batch = False
             ran_out = False
             try:
@@ -430,8 +427,7 @@ class FitLoop:
             if fetching:
                 batch, batch_idx = item.batch, item.batch_idx
                 self.is_last_batch = progress.is_last_batch = item.done or ran_out
-            total.processed += 1
-            current.processed += 1
+            progress.increment_processed()
             if optimization.lr_scheduler_configs:
                 self._step_schedulers(index, self.is_last_batch)
                 if ran_out and automatic:
@@ -440,8 +436,7 @@ class FitLoop:
                     optimization.step_schedulers("epoch", self.current_epoch + 1, plateau=False)
             if end_hooks and not ran_out:
                 self._batch_end(self.batch_outputs(output, loss), batch, batch_idx)
-            total.completed += 1
-            current.completed += 1
+            progress.increment_completed()
             if step_values:  # the batch logged something
                 metrics.step_end("train", self.batches_that_stepped, logs_step_metrics)
             stop_requested = self._take_flags() if multi_process else False
@@ -553,50 +548,27 @@ class FitLoop:
 
     def _direct_step(self) -> StepFunction:
         """What an automatic step's closure does when nothing hooks into it, in its order, with what it reads bound
-        once: it runs for every batch. Nothing can observe the step halfway, so its counters advance in place after
-        it; the loss check is called only where it looks (a logging step, the epoch's last batch)."""
+        once: it runs for every batch."""
         run = run_of(self.trainer)
         optimizer = run.optimization.optimizers[0]
-        training_step, takes_idx, module_state = run.hooks.step_method("training_step")
-        check_loss = run.optimization.check_loss
+        training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        should_log = self.should_log
-        zero_total, zero_current = self.zero_grad_progress.total, self.zero_grad_progress.current
-        step_total, step_current = self.optimizer_step_progress.total, self.optimizer_step_progress.current
+        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
-            previous = module_state["_current_fx_name"]
-            module_state["_current_fx_name"] = "training_step"  # the hook self.log reads
-            try:
-                with torch.enable_grad():
-                    output = training_step(batch, batch_idx) if takes_idx else training_step(batch)
-            finally:
-                module_state["_current_fx_name"] = previous
+            with torch.enable_grad():
+                output = training_step(batch, batch_idx)
             loss = output if type(output) is Tensor else _loss_of(output)  # the common case without a call
-            zeroes = batch_idx % k == 0
-            if zeroes:
+            if batch_idx % k == 0:
                 optimizer.zero_grad()
+                zero_grad_progress.increment_whole()
             if loss is not None:
                 loss = loss / k if k > 1 else loss
-                if is_last or should_log():
-                    check_loss(loss)
+                check_loss(loss)
                 loss.backward()
-            stepping = (batch_idx + 1) % k == 0 or is_last
-            if stepping:
+            if (batch_idx + 1) % k == 0 or is_last:
                 optimizer.step()
-                self.stepped_this_batch = True
-            if zeroes:  # zero_grad: ready, started, completed
-                zero_total.ready += 1
-                zero_total.started += 1
-                zero_total.completed += 1
-                zero_current.ready += 1
-                zero_current.started += 1
-                zero_current.completed += 1
-            if stepping:  # optimizer step: ready, completed
-                step_total.ready += 1
-                step_total.completed += 1
-                step_current.ready += 1
-                step_current.completed += 1
+                on_optimizer_stepped()
             return output, loss
 
         return direct_step

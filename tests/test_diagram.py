@@ -403,3 +403,9 @@ def test_guards_reduced_across_ranks_are_marked_with_a_legend() -> None:
     # rank-independent guards, and the val_check ones (their rank-local inputs are agreed per batch), carry no mark
     assert "[should_sanity_check]" in source and "[validates_before_stop]" in source and "[val_time_elapsed]" in source
     assert "guard ∃: any rank decides for all ranks" in source
+
+
+def test_the_title_lists_the_drawn_guards_that_require_another() -> None:
+    legend = "asked only while epoch_validates holds:\nvalidates_at_epoch_end, validates_before_stop,\nval_time_elapsed"
+    assert legend in build_graph(view=FIT).source
+    assert "asked only while" not in build_graph(view=VALIDATE).source  # no val_check edge drawn there

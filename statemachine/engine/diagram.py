@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -215,7 +216,7 @@ def build_graph(
         warn_on_table_mismatch(overlay, table)
     marks = _Overlay.from_dump(overlay, table) if overlay is not None else None
     scope = _Scope.of(table, view)
-    graph = graphviz.Digraph(view.name, graph_attr=_graph_attrs(table, view, marks))
+    graph = graphviz.Digraph(view.name, graph_attr=_graph_attrs(scope, view, marks))
     graph.attr("node", fontname=FONT, fontsize="12", shape="box", style="rounded,filled", margin="0.12,0.05")
     graph.attr("edge", fontname=FONT, fontsize="11", color="gray35", arrowsize="0.7")
     _add_initial(graph, scope)
@@ -228,7 +229,8 @@ def build_graph(
 _COLLECTIVE = {"any": ("∃", "any rank decides for all ranks"), "all": ("∀", "all ranks must agree")}
 
 
-def _graph_attrs(table: MachineTable, view: View, marks: _Overlay | None) -> dict[str, str]:
+def _graph_attrs(scope: _Scope, view: View, marks: _Overlay | None) -> dict[str, str]:
+    table = scope.table
     what = "trainer state machine" if view.fn is None else f"trainer.{view.fn.value}()"
     title = f"{what}  (table {table.digest})"
     used = [
@@ -238,6 +240,14 @@ def _graph_attrs(table: MachineTable, view: View, marks: _Overlay | None) -> dic
     ]
     if used:
         title += "\nguard " + "; ".join(used)
+    # A drawn guard that requires another is asked only in an epoch where that one holds (GuardSpec.requires).
+    drawn = {t.guard_name for t in scope.transitions}
+    requiring: dict[str, list[str]] = {}
+    for guard in table.guards:
+        if guard.requires is not None and guard.name in drawn:
+            requiring.setdefault(guard.requires, []).append(guard.name)
+    for required, names in requiring.items():
+        title += f"\nasked only while {required} holds:\n" + "\n".join(textwrap.wrap(", ".join(names), 60))
     if marks is not None:
         title += f"\nrun overlay: edge hit counts, last state {marks.last_state or '-'}"
     return {
