@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import signal
+import weakref
 from itertools import product
 from types import SimpleNamespace
 from typing import Any
@@ -243,6 +245,35 @@ def test_reentry_from_on_exception_is_refused_too(tmp_path: Any) -> None:
         trainer.fit(TinyModel(fail_in="training_step"), make_loader())
     assert len(refused) == 1 and "Trainer.fit() was called while the trainer is running" in str(refused[0])
     assert trainer.interrupted and trainer.history[-1].dest == "interrupted"
+
+
+def test_a_trainer_run_inside_another_trainers_transition_keeps_both_flows_apart(tmp_path: Any) -> None:
+    """Trainers on one table share its `transitions` machine; one fired from another's edge (a callback validating
+    a second model in `on_fit_start`) runs its own path, and the outer edge finishes where it was."""
+    inner_paths: list[list[tuple[str, str | None]]] = []
+
+    class ValidateAnother(L.Callback):
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            inner = quiet_trainer(tmp_path / "inner", limit_val_batches=1)
+            inner.validate(TinyModel(), make_loader())
+            inner_paths.append([(r.source, r.dest) for r in inner.history])
+
+    trainer = quiet_trainer(tmp_path, callbacks=[ValidateAnother()], max_epochs=1, limit_train_batches=1)
+    trainer.fit(TinyModel(), make_loader())
+    assert inner_paths == [[("idle", "validating"), ("validating", "finished")]]
+    first = trainer.history[0]
+    assert (first.trigger, first.dest, first.callbacks[-1].name) == ("fit", "fitting.setup", "register_signal_handlers")
+    assert trainer.state.finished and check_path(trainer.history) == []
+
+
+def test_a_finished_trainer_is_collected(tmp_path: Any) -> None:
+    """Nothing the machine keeps between runs holds a trainer (or its model) alive."""
+    trainer = quiet_trainer(tmp_path, limit_train_batches=1)
+    trainer.fit(TinyModel(), make_loader())
+    gone = weakref.ref(trainer)
+    del trainer
+    gc.collect()
+    assert gone() is None
 
 
 def test_history_is_a_legal_path_and_survives_memory_roundtrip(tmp_path: Any) -> None:

@@ -1,9 +1,12 @@
 """The runtime machine: a table turned into a plain `transitions` hierarchical machine.
 
-It is bound to a small `Flow` object, not to the Trainer, so the Trainer's namespace stays free of generated
-trigger and helper methods. Bookkeeping uses `transitions`' own machinery: the history record of an event
-travels in its `EventData` (as a trigger keyword), `before_state_change` marks the edge taken, and
-`finalize_event`, which runs after every event (also failed ones), closes the record.
+Its model is a small `Flow` object, not the Trainer, so the Trainer's namespace stays free of generated trigger and
+helper methods. The `transitions` machine is built once per table (and thread: an event's scope lives on the
+machine) and serves every flow on that table: a flow fires through `trigger_event` with itself as the model and
+is never registered, so the machine holds no flow, and guards and callbacks find theirs as the event's model.
+Bookkeeping uses `transitions`' own machinery: the history record of an event travels in its `EventData` (as a
+trigger keyword), `before_state_change` marks the edge taken, and `finalize_event`, which runs after every event
+(also failed ones), closes the record.
 
 Per batch, no trigger runs: the poll `Flow.poller` builds for a state evaluates the table's candidates for an event
 there (guards counted for coverage, True and False) and fires only when one passes.
@@ -12,6 +15,7 @@ there (guards counted for coverage, True and False) and fires only when one pass
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -89,12 +93,41 @@ class _Machine(HierarchicalMachine):
     transition_cls = _SpecTransition
 
 
+class _Machines(threading.local):
+    """The `transitions` machine of each table (by digest), one set per thread."""
+
+    def __init__(self) -> None:
+        self.by_digest: dict[str, _Machine] = {}
+
+
+_MACHINES = _Machines()
+
+
+def _machine_for(table: MachineTable) -> _Machine:
+    machine = _MACHINES.by_digest.get(table.digest)
+    if machine is None:
+        callbacks = bind(table).callbacks
+        machine = _MACHINES.by_digest[table.digest] = _Machine(
+            model=None,
+            states=_nested_states(table),
+            transitions=[_runtime_transition(spec, callbacks) for spec in table.transitions],
+            initial=table.initial,
+            auto_transitions=False,
+            send_event=True,
+            model_attribute="machine_state",
+            name=_MACHINE_NAME,
+            # Resolved by name on the event's model, the flow that fired.
+            before_state_change=["_mark_taken"],
+            finalize_event=["_close_record"],
+        )
+    return machine
+
+
 class Flow:
     """Holds the machine's state for one trainer and fires events on it, for the run `context` set on it."""
 
-    # Bound by `transitions` on construction: the current state's name, and the method that fires an event.
+    # The current state's name, which the `transitions` machine reads and sets.
     machine_state: str
-    trigger: Callable[..., bool]
     # The run in flight: what guards, callbacks and handlers receive. Set for each call, before its first event.
     context: FlowContext
 
@@ -131,18 +164,7 @@ class Flow:
         # A KeyboardInterrupt or SystemExit that a best-effort step swallowed so the edge could finish; the driver
         # raises it once the edge is done.
         self.exit_request: BaseException | None = None
-        _Machine(
-            model=self,
-            states=_nested_states(table),
-            transitions=[self._runtime_transition(spec, binding.callbacks) for spec in table.transitions],
-            initial=table.initial if state is None else state,
-            auto_transitions=False,
-            send_event=True,
-            model_attribute="machine_state",
-            name=_MACHINE_NAME,
-            before_state_change=[self._mark_taken],
-            finalize_event=[self._close_record],
-        )
+        self.machine_state = table.initial if state is None else state
 
     @property
     def spec(self) -> StateSpec:
@@ -267,7 +289,7 @@ class Flow:
         decided = {} if decided is None else decided
         record.guards.extend(GuardRecord(name=n, value=v, reason=r) for n, (v, r) in decided.items())
         try:
-            taken = self.trigger(trigger, record=record, decided=decided, cause=cause)
+            taken = _machine_for(self.table).trigger_event(self, trigger, record=record, decided=decided, cause=cause)
         except MachineError:
             taken = False
         finally:
@@ -322,30 +344,31 @@ class Flow:
         if error is not None and not isinstance(error, MachineError) and error is not event.kwargs["cause"]:
             record.exception = ExceptionRecord.from_exception(error)
 
-    def _runtime_transition(self, spec: TransitionSpec, callbacks: dict[str, Callable[..., Any]]) -> dict[str, Any]:
-        conditions = [] if spec.guard_name is None else [_Guard(self, spec.guard_name, spec.guard_negated)]
-        return {
-            "trigger": spec.trigger,
-            "source": spec.source,
-            "dest": spec.dest,
-            "conditions": conditions,
-            "before": [_Callback(self, name, callbacks[name], spec.best_effort) for name in spec.before],
-            "after": [_Callback(self, name, callbacks[name], spec.best_effort) for name in spec.after],
-            "spec": spec,
-        }
+
+def _runtime_transition(spec: TransitionSpec, callbacks: dict[str, Callable[..., Any]]) -> dict[str, Any]:
+    conditions = [] if spec.guard_name is None else [_Guard(spec.guard_name, spec.guard_negated)]
+    return {
+        "trigger": spec.trigger,
+        "source": spec.source,
+        "dest": spec.dest,
+        "conditions": conditions,
+        "before": [_Callback(name, callbacks[name], spec.best_effort) for name in spec.before],
+        "after": [_Callback(name, callbacks[name], spec.best_effort) for name in spec.after],
+        "spec": spec,
+    }
 
 
 class _Guard:
     """A table guard inside `transitions`: evaluated once per event, however many candidates read it."""
 
-    def __init__(self, flow: Flow, name: str, negated: bool):
-        self.flow, self.name, self.negated = flow, name, negated
+    def __init__(self, name: str, negated: bool):
+        self.name, self.negated = name, negated
         self.__name__ = ("not " if negated else "") + name
 
     def __call__(self, event: Any) -> bool:
         decided = event.kwargs["decided"]
         if self.name not in decided:
-            decided[self.name] = value, reason = self.flow.evaluate(self.name)
+            decided[self.name] = value, reason = event.model.evaluate(self.name)
             event.kwargs["record"].guards.append(GuardRecord(name=self.name, value=value, reason=reason))
         return decided[self.name][0] != self.negated
 
@@ -353,16 +376,17 @@ class _Guard:
 class _Callback:
     """A table callback inside `transitions`: timed into the event's record, with its note and error."""
 
-    def __init__(self, flow: Flow, name: str, action: Callable[[Any], Any], best_effort: bool):
-        self.flow, self.name, self.action, self.best_effort = flow, name, action, best_effort
+    def __init__(self, name: str, action: Callable[[Any], Any], best_effort: bool):
+        self.name, self.action, self.best_effort = name, action, best_effort
         self.__name__ = name
 
     def __call__(self, event: Any) -> None:
+        flow: Flow = event.model
         start = time.perf_counter()
         error: BaseException | None = None
         note = None
         try:
-            result = self.action(self.flow.context)
+            result = self.action(flow.context)
             note = result if isinstance(result, str) else None
         except BaseException as exc:
             error = exc
@@ -374,8 +398,8 @@ class _Callback:
                 f"{self.name} failed while interrupting; continuing the interrupt path",
                 f"while the run was interrupted, {self.name} also failed: {type(exc).__name__}: {exc}",
             )
-            if not isinstance(exc, Exception) and self.flow.exit_request is None:
-                self.flow.exit_request = exc
+            if not isinstance(exc, Exception) and flow.exit_request is None:
+                flow.exit_request = exc
         finally:
             event.kwargs["record"].callbacks.append(
                 CallbackRecord(
