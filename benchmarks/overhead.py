@@ -17,7 +17,9 @@ After a warm-up of each, the runs alternate for `--rounds` rounds; the table sho
 medians trainer/plain (and floor/plain). `--log-calls N` times `self.log` itself (N calls inside one training step) and
 the per-batch poll of the machine (the function `Flow.poller("val_check")` gives the training loop, N calls).
 
-    python benchmarks/overhead.py [--steps 1280] [--rounds 9] [--configs off,log,defaults] [--json PATH]
+`--lightning` also times Lightning's own Trainer and LightningModule around the same module code, interleaved.
+
+    python benchmarks/overhead.py [--steps 1280] [--rounds 9] [--configs off,log,defaults] [--lightning] [--json PATH]
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +74,11 @@ def make_mlp() -> nn.Sequential:
     return nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
 
 
-class MLPModule(L.LightningModule):
+class MLPSteps:
+    """The module's code, mixed into a LightningModule class: this project's, or Lightning's (`--lightning`)."""
+
+    log: Callable[..., None]
+
     def __init__(self, train: PrebuiltBatches, val: PrebuiltBatches | None, log: bool) -> None:
         super().__init__()
         self.net = make_mlp()
@@ -93,7 +101,13 @@ class MLPModule(L.LightningModule):
         return self._train
 
 
-class ValidatingMLP(MLPModule):
+class ValidationSteps:
+    """A 2-batch validation, mixed in before `MLPSteps`."""
+
+    log: Callable[..., None]
+    net: nn.Module
+    _val: PrebuiltBatches | None
+
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         x, y = batch
         self.log("val_loss", nn.functional.cross_entropy(self.net(x), y))
@@ -103,17 +117,69 @@ class ValidatingMLP(MLPModule):
         return self._val
 
 
-class SilentSimpleProfiler(SimpleProfiler):
-    """Builds the report (its cost counts) but does not print it."""
+class SilentDescribe:
+    """A profiler that builds the report (its cost counts) but does not print it."""
+
+    _stage: str | None
+    summary: Callable[[], str]
+    teardown: Callable[[str | None], None]
 
     def describe(self) -> None:
         self.summary()
         self.teardown(self._stage)
 
 
-def quiet_trainer(root: str, **options: Any) -> L.Trainer:
+class MLPModule(MLPSteps, L.LightningModule):
+    pass
+
+
+class ValidatingMLP(ValidationSteps, MLPModule):
+    pass
+
+
+class SilentSimpleProfiler(SilentDescribe, SimpleProfiler):
+    pass
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """The classes a trainer run is made of: this project's, or Lightning's on the same module code."""
+
+    name: str
+    trainer: type
+    module: type
+    validating_module: type
+    silent_profiler: type
+
+
+OURS = Flavour("statemachine", L.Trainer, MLPModule, ValidatingMLP, SilentSimpleProfiler)
+
+
+def lightning_flavour() -> Flavour:
+    """Lightning's Trainer and LightningModule around the same code: `lightning.pytorch` (the dev extras install the
+    version this project follows), else a standalone `pytorch_lightning`. The table's header names which."""
+    try:
+        import lightning.pytorch as pl
+        from lightning.pytorch.profilers import SimpleProfiler as LightningSimpleProfiler
+    except ImportError:
+        try:
+            import pytorch_lightning as pl
+            from pytorch_lightning.profilers import SimpleProfiler as LightningSimpleProfiler
+        except ImportError as error:
+            raise SystemExit(f"--lightning needs lightning or pytorch_lightning installed ({error})") from None
+    module = type("MLPModule", (MLPSteps, pl.LightningModule), {})
+    return Flavour(
+        f"{pl.__name__} {pl.__version__}",
+        pl.Trainer,
+        module,
+        type("ValidatingMLP", (ValidationSteps, module), {}),
+        type("SilentSimpleProfiler", (SilentDescribe, LightningSimpleProfiler), {}),
+    )
+
+
+def quiet_trainer(root: str, flavour: Flavour = OURS, **options: Any) -> Any:
     """One epoch with logger, checkpointing, progress bar, summary and sanity check off."""
-    return L.Trainer(
+    return flavour.trainer(
         accelerator="cpu",
         max_epochs=1,
         logger=False,
@@ -126,13 +192,14 @@ def quiet_trainer(root: str, **options: Any) -> L.Trainer:
     )
 
 
-def run_trainer(config: str, train: PrebuiltBatches, val: PrebuiltBatches, root: str) -> int:
+def run_trainer(config: str, train: PrebuiltBatches, val: PrebuiltBatches, root: str, flavour: Flavour = OURS) -> int:
     if config == "defaults":
-        model: MLPModule = ValidatingMLP(train, val, log=True)
-        trainer = L.Trainer(accelerator="cpu", max_epochs=1, enable_progress_bar=False, default_root_dir=root)
+        model = flavour.validating_module(train, val, log=True)
+        trainer = flavour.trainer(accelerator="cpu", max_epochs=1, enable_progress_bar=False, default_root_dir=root)
     else:
-        model = MLPModule(train, None, log=config == "log")
-        trainer = quiet_trainer(root, profiler=SilentSimpleProfiler() if config == "simple" else None)
+        model = flavour.module(train, None, log=config == "log")
+        profiler = flavour.silent_profiler() if config == "simple" else None
+        trainer = quiet_trainer(root, flavour, profiler=profiler)
     trainer.fit(model)
     return int(trainer.global_step)
 
@@ -267,7 +334,7 @@ def timed(run: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - start, steps
 
 
-def measure(config: str, steps: int, rounds: int, root: str) -> dict[str, Any]:
+def measure(config: str, steps: int, rounds: int, root: str, lightning: Flavour | None = None) -> dict[str, Any]:
     train, val = make_batches(steps, seed=0), make_batches(VAL_BATCHES, seed=2)
     runs = {
         "trainer": lambda: run_trainer(config, train, val, root),
@@ -275,6 +342,8 @@ def measure(config: str, steps: int, rounds: int, root: str) -> dict[str, Any]:
     }
     if config == "off":
         runs["floor"] = lambda: run_floor(train)
+    if lightning is not None:  # its own log folder: the two trainers' version numbers stay apart
+        runs["lightning"] = lambda: run_trainer(config, train, val, os.path.join(root, "lightning"), lightning)
     for name, run in runs.items():  # warm-up: imports, allocator, autograd caches
         _, made = timed(run)
         if made != steps:
@@ -288,8 +357,9 @@ def measure(config: str, steps: int, rounds: int, root: str) -> dict[str, Any]:
     numbers: dict[str, Any] = {f"{name}_s": values for name, values in times.items()}
     numbers.update({f"{name}_us_per_step": median[name] / steps * 1e6 for name in runs})
     numbers["ratio"] = round(median["trainer"] / median["plain"], 3)
-    if "floor" in median:
-        numbers["floor_ratio"] = round(median["floor"] / median["plain"], 3)
+    for other in ("floor", "lightning"):
+        if other in median:
+            numbers[f"{other}_ratio"] = round(median[other] / median["plain"], 3)
     return numbers
 
 
@@ -300,6 +370,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--configs", default="off,log,simple,defaults", help="comma-separated: " + ", ".join(CONFIGS))
     parser.add_argument("--log-calls", type=int, default=20000, help="self.log calls timed per form (0: skip)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, less noise)")
+    parser.add_argument(
+        "--lightning",
+        action="store_true",
+        help="also time Lightning's Trainer (pytorch_lightning, installed separately) on the same module code, "
+        "interleaved, in each configuration",
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     args = parser.parse_args(argv)
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
@@ -307,6 +383,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         parser.error(f"unknown configs {unknown}; choose from {', '.join(CONFIGS)}")
 
+    lightning = lightning_flavour() if args.lightning else None
     torch.set_num_threads(args.threads)
     result: dict[str, Any] = {
         "steps": args.steps,
@@ -317,17 +394,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "configs": {},
     }
+    if lightning is not None:
+        result["lightning"] = lightning.name
     print(f"{args.steps} steps/run, {args.rounds} rounds, threads={args.threads}, ", end="")
-    print(f"torch {torch.__version__}, python {platform.python_version()}")
+    print(f"torch {torch.__version__}, python {platform.python_version()}", end="")
+    print(f", against {lightning.name}" if lightning is not None else "")
     print(f"{'config':<9} {'trainer us/step':>16} {'plain us/step':>14} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as root:
         for config in configs:
-            numbers = measure(config, args.steps, args.rounds, root)
+            numbers = measure(config, args.steps, args.rounds, root, lightning)
             result["configs"][config] = numbers
-            floor = f"   (floor: {numbers['floor_ratio']:.3f})" if "floor_ratio" in numbers else ""
+            others = [
+                f"{name}: {numbers[f'{name}_ratio']:.3f}"
+                for name in ("floor", "lightning")
+                if f"{name}_ratio" in numbers
+            ]
             print(
                 f"{config:<9} {numbers['trainer_us_per_step']:16.1f} {numbers['plain_us_per_step']:14.1f} "
-                f"{numbers['ratio']:7.3f}{floor}"
+                f"{numbers['ratio']:7.3f}" + (f"   ({', '.join(others)})" if others else "")
             )
         if args.log_calls:
             per_call = time_log_calls(args.log_calls, root)
