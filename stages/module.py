@@ -144,13 +144,14 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         rank_zero_only: bool = False,
     ) -> None:
         """Log a value; where it goes and how it is reduced follows the hook it is called from."""
-        if self._trainer is None:
+        trainer, fx = self._trainer, self._current_fx_name
+        if trainer is None:
             return
-        if self._current_fx_name is None:
+        if fx is None:
             raise MisconfigurationException(
                 f"self.log({name!r}, ...) was called outside the Trainer's control flow; call it from a hook"
             )
-        if self._trainer.barebones:
+        if trainer.barebones:
             warnings.warn(
                 "You are trying to `self.log()` but `Trainer(barebones=True)` is configured. Logging can impact raw "
                 "speed so it is disabled under this setting.",
@@ -158,11 +159,11 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
                 stacklevel=2,
             )
             return
-        run = self._trainer.run
+        run = trainer.run
         # Positional, in MetricsCollector.log's order: this runs for every self.log call.
         run.metrics.log(
             run.flow.machine_state,
-            self._current_fx_name,
+            fx,
             name,
             value,
             prog_bar,
