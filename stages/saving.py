@@ -49,6 +49,8 @@ def hparams_yaml(hparams: Mapping[str, Any] | argparse.Namespace, use_omegaconf:
         hparams = vars(hparams)
     elif isinstance(hparams, AttributeDict):
         hparams = dict(hparams)
+    if type(hparams) is dict and not hparams:
+        return "{}\n"  # both writers' text for no hyperparameters (most runs with a logger), without building a config
     omegaconf = _omegaconf() if use_omegaconf else None
     if omegaconf is not None:
         # a copy: resolving must not change the caller's configs

@@ -366,6 +366,18 @@ def test_yaml_files_without_omegaconf(tmp_path: Path, monkeypatch: pytest.Monkey
         save_hparams_to_yaml(target, [1, 2])  # type: ignore[arg-type]
 
 
+def test_no_hyperparameters_write_an_empty_mapping_that_loads_back_empty(tmp_path: Path) -> None:
+    target = tmp_path / "h.yaml"
+    for empty in ({}, AttributeDict(), argparse.Namespace()):
+        for use_omegaconf in (True, False):
+            target.unlink(missing_ok=True)
+            save_hparams_to_yaml(target, empty, use_omegaconf=use_omegaconf)
+            assert target.read_text() == "{}\n"
+            assert load_hparams_from_yaml(target) == {} and load_hparams_from_yaml(target, use_omegaconf=False) == {}
+    save_hparams_to_yaml(target, OmegaConf.create([]))  # an empty list config stays a list
+    assert target.read_text() == "[]\n"
+
+
 def test_yaml_file_errors(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"Missing folder: .*nope\."):
         save_hparams_to_yaml(tmp_path / "nope" / "h.yaml", {"a": 1})
