@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import platform
@@ -158,23 +159,21 @@ OURS = Flavour("statemachine", L.Trainer, MLPModule, ValidatingMLP, SilentSimple
 def lightning_flavour() -> Flavour:
     """Lightning's Trainer and LightningModule around the same code: `lightning.pytorch` (the dev extras install the
     version this project follows), else a standalone `pytorch_lightning`. The table's header names which."""
-    try:
-        import lightning.pytorch as pl
-        from lightning.pytorch.profilers import SimpleProfiler as LightningSimpleProfiler
-    except ImportError:
+    for package in ("lightning.pytorch", "pytorch_lightning"):
         try:
-            import pytorch_lightning as pl
-            from pytorch_lightning.profilers import SimpleProfiler as LightningSimpleProfiler
-        except ImportError as error:
-            raise SystemExit(f"--lightning needs lightning or pytorch_lightning installed ({error})") from None
-    module = type("MLPModule", (MLPSteps, pl.LightningModule), {})
-    return Flavour(
-        f"{pl.__name__} {pl.__version__}",
-        pl.Trainer,
-        module,
-        type("ValidatingMLP", (ValidationSteps, module), {}),
-        type("SilentSimpleProfiler", (SilentDescribe, LightningSimpleProfiler), {}),
-    )
+            pl = importlib.import_module(package)
+            profilers = importlib.import_module(f"{package}.profilers")
+        except ImportError:
+            continue
+        module = type("MLPModule", (MLPSteps, pl.LightningModule), {})
+        return Flavour(
+            f"{package} {pl.__version__}",
+            pl.Trainer,
+            module,
+            type("ValidatingMLP", (ValidationSteps, module), {}),
+            type("SilentSimpleProfiler", (SilentDescribe, profilers.SimpleProfiler), {}),
+        )
+    raise SystemExit("--lightning needs lightning or pytorch_lightning installed")
 
 
 def quiet_trainer(root: str, flavour: Flavour = OURS, **options: Any) -> Any:
@@ -373,8 +372,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--lightning",
         action="store_true",
-        help="also time Lightning's Trainer (pytorch_lightning, installed separately) on the same module code, "
-        "interleaved, in each configuration",
+        help="also time Lightning's own Trainer (lightning.pytorch, from the dev extras, else pytorch_lightning) on "
+        "the same module code, interleaved, in each configuration",
     )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     args = parser.parse_args(argv)
