@@ -53,8 +53,10 @@ def run_side(side: str, config: str, steps: int) -> None:
 
 def count(side: str, config: str, steps: int) -> int:
     """The instructions callgrind counts for one process running `side` (all its threads together)."""
-    # One OpenBLAS thread: numpy's pool spins for a varying while under valgrind and blurs the count.
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    # One OpenBLAS thread: numpy's pool spins for a varying while under valgrind and blurs the count. A fixed hash
+    # seed: with str hashes random per process, dict and set probing differs and two identical runs differ by
+    # millions of instructions; with it, by about two thousand.
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     command = [
         "valgrind",
         "--tool=callgrind",

@@ -17,7 +17,7 @@ from devices.strategy import Strategy
 from devices.transfer import mover_to
 from stages import samplers, seed
 from stages.combined_loader import CombinedLoader, length
-from stages.contract import run_of
+from stages.contract import module_of, run_of
 from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
@@ -61,19 +61,72 @@ def request(trainer: TrainerView, kind: str) -> Any:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0
         split = trainer.strategy.distributed_sampler_kwargs  # the data-parallel ranks, which may be fewer
-        return samplers.distribute(given, kind, split["num_replicas"], split["rank"], shuffle)
+        given = samplers.distribute(given, kind, split["num_replicas"], split["rank"], shuffle)
+    check_lengths(trainer, kind, given)
     return given
+
+
+def check_lengths(trainer: TrainerView, kind: str, loaders: Any) -> None:
+    """Each loader with a length has batches on every rank. Empty everywhere, it is warned about; empty on some
+    ranks only, every rank refuses it now (the others would wait for the empty ones in their next collective until
+    the timeout), unless the module or DataModule sets `allow_zero_length_dataloader_with_multiple_devices`."""
+    members = _members(loaders)
+    local = [length(member) for member in members]
+    every_rank = trainer.strategy.all_gather_object(local) if trainer.world_size > 1 else [local]
+    rank = trainer.global_rank
+    for index, member in enumerate(members):
+        counts = [lengths[index] for lengths in every_rank]
+        empty = [r for r, count in enumerate(counts) if count == 0]
+        name = type(member).__name__
+        if not empty:
+            continue
+        if len(empty) == len(counts):
+            warnings.warn(
+                f"Total length of `{name}` across ranks is zero. Please make sure this was your intention.",
+                TrainerWarning,
+                stacklevel=4,
+            )
+        elif _zero_length_allowed(trainer):
+            if rank in empty:
+                warnings.warn(
+                    f"Total length of `{name}` across ranks is zero, but local rank has zero length. Please be "
+                    "cautious of uneven batch length.",
+                    TrainerWarning,
+                    stacklevel=4,
+                )
+        else:
+            which = f"`{kind}_dataloader`" + (f" (loader {index})" if len(members) > 1 else "")
+            here = (
+                f"`{name}` within local rank has zero length. Please make sure that it returns at least 1 batch."
+                if rank in empty
+                else f"`{name}` has zero length on other ranks, not on this one."
+            )
+            raise RuntimeError(
+                f"{here} {which} gives no batches on rank(s) {empty} of {len(counts)} (batches per rank: {counts}): "
+                "every rank stops here instead of waiting for the empty ones. Set "
+                "`allow_zero_length_dataloader_with_multiple_devices = True` on the LightningModule or "
+                "LightningDataModule to run with it anyway."
+            )
+
+
+def _zero_length_allowed(trainer: TrainerView) -> bool:
+    datamodule = trainer.datamodule
+    allowed = module_of(trainer).allow_zero_length_dataloader_with_multiple_devices
+    return allowed or (datamodule is not None and datamodule.allow_zero_length_dataloader_with_multiple_devices)
+
+
+def _members(loaders: Any) -> list[Any]:
+    """The loaders of one loader, a list, tuple or dict of them, or a CombinedLoader."""
+    if isinstance(loaders, CombinedLoader):
+        return list(loaders.flattened)
+    if isinstance(loaders, Mapping):
+        return list(loaders.values())
+    return list(loaders) if isinstance(loaders, list | tuple) else [loaders]
 
 
 def loaders_in(loaders: Any) -> list[DataLoader]:
     """The DataLoaders of one loader, a list, tuple or dict of them, or a CombinedLoader."""
-    if isinstance(loaders, CombinedLoader):
-        members = loaders.flattened
-    elif isinstance(loaders, Mapping):
-        members = list(loaders.values())
-    else:
-        members = list(loaders) if isinstance(loaders, list | tuple) else [loaders]
-    return [member for member in members if isinstance(member, DataLoader)]
+    return [member for member in _members(loaders) if isinstance(member, DataLoader)]
 
 
 def suggested_max_num_workers(local_world_size: int) -> int:

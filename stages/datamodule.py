@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from stages import saving
 from stages.class_only import class_only
 from stages.combined_loader import CombinedLoader
-from stages.exceptions import MisconfigurationException
+from stages.data_hooks import DataHooks
 from stages.hparams import HyperparametersMixin
 
 
@@ -24,14 +24,14 @@ def _dataset_size(loader: Any) -> str:
         return "size=NA"
 
 
-class LightningDataModule(HyperparametersMixin):
+class LightningDataModule(DataHooks, HyperparametersMixin):
     CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def __init__(self) -> None:
         self.trainer: Any = None
-        self.prepare_data_per_node = True
+        self._init_data_hooks()
         self._init_hparams()
 
     def __str__(self) -> str:
@@ -55,48 +55,6 @@ class LightningDataModule(HyperparametersMixin):
         if not isinstance(loaders, list | tuple):
             return _dataset_size(loaders)
         return " ; ".join(f"{index}. {_dataset_size(loader)}" for index, loader in enumerate(loaders, 1))
-
-    def prepare_data(self) -> None:
-        """Download or write data once per node (override it)."""
-
-    def setup(self, stage: str) -> None:
-        """Build the splits for `stage` (override it)."""
-
-    def teardown(self, stage: str) -> None:
-        """Release what setup built (override it)."""
-
-    def train_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`train_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def val_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`val_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def test_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`test_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def predict_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`predict_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        return self.trainer.strategy.batch_to_device(batch, device)
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        return batch
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        return batch
 
     def state_dict(self) -> dict[str, Any]:
         return {}

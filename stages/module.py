@@ -15,12 +15,13 @@ from torch.optim import Optimizer
 from devices.transfer import map_leaves, move_to_device
 from stages import saving
 from stages.class_only import class_only
+from stages.data_hooks import DataHooks
 from stages.device_dtype import DeviceDtypeModuleMixin
 from stages.exceptions import MisconfigurationException, TrainerWarning
 from stages.hparams import HyperparametersMixin
 
 
-class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
+class LightningModule(HyperparametersMixin, DataHooks, DeviceDtypeModuleMixin):
     CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
@@ -51,7 +52,7 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
         self._modes_before_eval: dict[str, bool] = {}
         self.automatic_optimization = True
         self._strict_loading: bool | None = None  # None: the user has not chosen
-        self.prepare_data_per_node = True
+        self._init_data_hooks()
         self._example_input_array: Any = None
 
     # ---- trainer views -----------------------------------------------------------------------------------------------
@@ -351,50 +352,6 @@ class LightningModule(HyperparametersMixin, DeviceDtypeModuleMixin):
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         batch = kwargs.get("batch", args[0] if args else None)
         return self(batch)
-
-    # ---- data hooks --------------------------------------------------------------------------------------------------
-
-    def prepare_data(self) -> None:
-        """Download or write data once per node (override it)."""
-
-    def setup(self, stage: str) -> None:
-        """Build what depends on the stage (override it)."""
-
-    def teardown(self, stage: str) -> None:
-        """Release what setup built (override it)."""
-
-    def train_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`train_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def val_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`val_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def test_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`test_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def predict_dataloader(self) -> Any:
-        raise MisconfigurationException(
-            f"`predict_dataloader` must be implemented to be used with the Lightning Trainer "
-            f"({type(self).__name__} does not implement it)"
-        )
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        return batch
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return self.trainer.strategy.batch_to_device(batch, device)
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        return batch
 
     # ---- mode hooks: eval before evaluation, train mode restored after -----------------------------------------------
 

@@ -109,9 +109,23 @@ def _loader(samples: int, **options: Any) -> DataLoader:
 )
 def test_an_empty_training_loader_warns_that_no_step_will_run(tmp_path: Path, loader: DataLoader, reason: str) -> None:
     trainer = quiet_trainer(tmp_path, max_epochs=2)
-    with pytest.warns(UserWarning, match=rf"training dataloader is empty \({reason}\): no training step will run"):
+    # Lightning's words for a loader without batches come too (see the test below); this one says why and what follows.
+    with (
+        pytest.warns(UserWarning, match="Total length of `DataLoader` across ranks is zero"),
+        pytest.warns(UserWarning, match=rf"training dataloader is empty \({reason}\): no training step will run"),
+    ):
         trainer.fit(TinyModel(), loader)
     assert trainer.global_step == 0 and trainer.state.finished
+
+
+@pytest.mark.parametrize("call", ["fit", "validate", "test", "predict"])
+def test_an_empty_loader_of_any_kind_warns_in_lightnings_words_and_the_call_goes_on(tmp_path: Path, call: str) -> None:
+    trainer = quiet_trainer(tmp_path)
+    empty = _loader(0, batch_size=8)
+    arguments = (make_loader(), empty) if call == "fit" else (empty,)
+    with pytest.warns(UserWarning, match=r"Total length of `DataLoader` across ranks is zero\. Please make sure this"):
+        getattr(trainer, call)(TinyModel(), *arguments)
+    assert trainer.state.finished and trainer.global_step == (4 if call == "fit" else 0)
 
 
 # ---- a loss that is no longer finite --------------------------------------------------------------------

@@ -709,3 +709,19 @@ def test_self_log_in_a_predict_hook_raises_lightnings_words(tmp_path: Path, hook
     words = "You are trying to `self.log()` but the loop's result collection is not registered yet"
     with pytest.raises(L.MisconfigurationException, match=re.escape(words)):
         quiet_trainer(tmp_path).predict(model, make_loader())
+
+
+# ---- 17. the data hooks a module and a DataModule share ----------------------------------------------------------
+
+
+def test_a_module_and_a_datamodule_share_lightnings_data_hooks_and_their_defaults() -> None:
+    from statemachine.core.hooks import DataHooks
+
+    module, datamodule = TinyModel(), L.LightningDataModule()
+    for owner in (module, datamodule):
+        assert isinstance(owner, DataHooks)
+        assert owner.prepare_data_per_node is True
+        assert owner.allow_zero_length_dataloader_with_multiple_devices is False
+        assert owner.on_before_batch_transfer("batch", 0) == "batch"
+    with pytest.raises(L.MisconfigurationException, match="`test_dataloader` must be implemented.*TinyModel"):
+        module.test_dataloader()

@@ -33,6 +33,7 @@ from devices.launchers import MultiprocessingLauncher, RankFailedError
 from devices.watchdog import PeerWatch, failure_store
 from stages import samplers
 from stages.combined_loader import CombinedLoader
+from stages.exceptions import TrainerWarning
 from statemachine.engine.history import load_history
 from statemachine.engine.history import main as history_main
 from statemachine.run import CHECK_RANKS_VARIABLE
@@ -638,6 +639,47 @@ def test_ranks_waiting_for_a_stalled_ranks_flags_name_that_rank_alone(tmp_path: 
     trainer = _trainer(tmp_path, strategy=strategy, devices=3, max_epochs=1, enable_checkpointing=False)
     with pytest.raises(RankFailedError, match="StalledRankError: rank 2 did not reach the next agreement"):
         trainer.fit(StallsAfterItsLastBatch(), loader(4, samples=48))  # 4 batches a rank
+
+
+class NoValidationBatchesOnRankOne(Linear):
+    """Rank 1's validation loader is empty; each rank writes what it validated and the warnings it saw."""
+
+    def __init__(self, folder: Path, allow: bool) -> None:
+        super().__init__()
+        self.folder = folder
+        self.allow_zero_length_dataloader_with_multiple_devices = allow
+        self.validated: list[int] = []
+
+    def val_dataloader(self) -> DataLoader:
+        return loader(4, samples=0 if self.global_rank == 1 else 32)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.validated.append(batch_idx)
+
+    def on_fit_end(self) -> None:
+        (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps({"validated": self.validated}))
+
+
+def test_a_loader_empty_on_one_rank_stops_every_rank_at_once_naming_it(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1, enable_checkpointing=False)
+    began = time.monotonic()
+    # Lightning's words on the empty rank; every rank names the empty one, instead of waiting out the timeout.
+    with pytest.raises(RankFailedError, match=r"`val_dataloader` gives no batches on rank\(s\) \[1\] of 2") as failed:
+        trainer.fit(NoValidationBatchesOnRankOne(tmp_path, allow=False), loader(4))
+    assert time.monotonic() - began < ENDS_WITHIN
+    assert "zero length" in str(failed.value) and "allow_zero_length_dataloader_with_multiple_devices" in str(
+        failed.value
+    )
+    assert sorted(_dumps(tmp_path)) == [0, 1]
+
+
+def test_a_loader_empty_on_one_rank_runs_when_the_module_allows_it(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1, enable_checkpointing=False)
+    with warnings.catch_warnings():  # the empty rank's warning goes to its own stderr
+        warnings.simplefilter("ignore", TrainerWarning)
+        trainer.fit(NoValidationBatchesOnRankOne(tmp_path, allow=True), loader(4))
+    first, second = _ranks(tmp_path)
+    assert first["validated"] == [0, 1, 2, 3] and second["validated"] == []  # rank 0's 16 samples in batches of 4
 
 
 class TerminatedOnRankOne(SeededRanks):
