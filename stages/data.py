@@ -22,6 +22,7 @@ from stages.datamodule import LightningDataModule
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
 from stages.hooks import is_overridden
 from stages.module import LightningModule
+from stages.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from stages.contract import TrainerView
@@ -61,9 +62,33 @@ def request(trainer: TrainerView, kind: str) -> Any:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0
         split = trainer.strategy.distributed_sampler_kwargs  # the data-parallel ranks, which may be fewer
+        own = {id(loader.sampler) for loader in loaders_in(given)}
         given = samplers.distribute(given, kind, split["num_replicas"], split["rank"], shuffle)
+        if trainer.state.fn in ("validate", "test") and split["num_replicas"] > 1:
+            made = [loader.sampler for loader in loaders_in(given) if id(loader.sampler) not in own]
+            _warn_repeated_samples(trainer.state.fn, made, split["num_replicas"])
     check_lengths(trainer, kind, given)
     return given
+
+
+def _warn_repeated_samples(fn: str, made: list[Any], replicas: int) -> None:
+    """Lightning's advice for validate/test on several ranks, with how many samples the split repeats here."""
+    repeats = [samplers.repeated_samples(sampler) for sampler in made]
+    if not repeats:
+        return  # the user's own distributed samplers: nothing was added
+    counted = sum(count for count in repeats if count is not None)
+    here = (
+        f"Here {counted} sample(s) are evaluated twice to give each of the {replicas} ranks as many batches."
+        if counted
+        else f"Here every sample is evaluated once: the samples split evenly over the {replicas} ranks."
+    )
+    rank_zero_warn(
+        f"Using `DistributedSampler` with the dataloaders. During `trainer.{fn}()`, it is recommended to use "
+        "`Trainer(devices=1, num_nodes=1)` to ensure each sample/batch gets evaluated exactly once. Otherwise, "
+        "multi-device settings use `DistributedSampler` that replicates some samples to make sure all devices have "
+        f"same batch size in case of uneven inputs. {here}",
+        category=PossibleUserWarning,
+    )
 
 
 def check_lengths(trainer: TrainerView, kind: str, loaders: Any) -> None:

@@ -100,6 +100,16 @@ class _UnrepeatedSampler(Sampler[int]):
         return len(range(self.rank, self.size, self.world_size))
 
 
+def repeated_samples(sampler: Any) -> int | None:
+    """How many samples a distributed sampler made here repeats to give every rank as many: None for another."""
+    if isinstance(sampler, DistributedSampler):
+        return sampler.total_size - len(cast(Sized, sampler.dataset))
+    if isinstance(sampler, _DistributedWrapper):
+        drawn = len(cast(Sized, sampler.sampler))
+        return -drawn % sampler.world_size
+    return None
+
+
 class _DistributedWrapper(Sampler[int]):
     """A user's own (non-distributed) sampler split across ranks: each epoch its order is drawn once, padded
     to a multiple of the world size by repeating from the start, and rank r takes every world-th index."""

@@ -682,6 +682,45 @@ def test_a_loader_empty_on_one_rank_runs_when_the_module_allows_it(tmp_path: Pat
     assert first["validated"] == [0, 1, 2, 3] and second["validated"] == []  # rank 0's 16 samples in batches of 4
 
 
+class RecordsItsWarnings(Linear):
+    """Each rank writes the PossibleUserWarnings its call gave and the sample indices it validated."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.indices: list[int] = []
+
+    def setup(self, stage: str) -> None:
+        self.catcher = warnings.catch_warnings(record=True)
+        self.seen = self.catcher.__enter__()
+        warnings.simplefilter("always")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.indices.extend(batch[2].tolist())
+
+    def teardown(self, stage: str) -> None:
+        self.catcher.__exit__(None, None, None)
+        said = [str(w.message) for w in self.seen if issubclass(w.category, L.PossibleUserWarning)]
+        (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps({"said": said, "indices": self.indices}))
+
+
+def test_validate_on_two_ranks_says_how_many_samples_the_split_repeats(tmp_path: Path) -> None:
+    _trainer(tmp_path, strategy="ddp_fork", devices=2).validate(RecordsItsWarnings(tmp_path), loader(4, samples=31))
+    first, second = _ranks(tmp_path)
+    (said,) = [text for text in first["said"] if "DistributedSampler" in text]
+    assert "During `trainer.validate()`, it is recommended to use `Trainer(devices=1, num_nodes=1)`" in said
+    assert said.endswith("Here 1 sample(s) are evaluated twice to give each of the 2 ranks as many batches.")
+    assert not [text for text in second["said"] if "DistributedSampler" in text]  # rank zero says it
+    assert sorted(first["indices"] + second["indices"]) == [0, *range(31)]  # the one repeated: the first sample
+
+
+def test_the_validation_inside_fit_does_not_warn_about_repeated_samples(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1, enable_checkpointing=False)
+    trainer.fit(RecordsItsWarnings(tmp_path), loader(4), loader(4, samples=31))
+    first, _ = _ranks(tmp_path)
+    assert not [text for text in first["said"] if "DistributedSampler" in text]
+
+
 class TerminatedOnRankOne(SeededRanks):
     """Rank 1 receives SIGTERM (as a preempted job does) during its training step at `step`."""
 
