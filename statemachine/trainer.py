@@ -753,7 +753,11 @@ class Trainer:
     def device_ids(self) -> list[int]:
         strategy = self.strategy
         used = strategy.parallel_devices if isinstance(strategy, devices.ParallelStrategy) else None
-        return [device.index or 0 for device in used or [strategy.root_device]]
+        # A device without an index (the CPU's processes) is numbered by its place, as in Lightning: [0, 1].
+        return [
+            position if device.index is None else device.index
+            for position, device in enumerate(used or [strategy.root_device])
+        ]
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None

@@ -476,6 +476,14 @@ def test_lightning_ddp_names_choose_the_launch_method(strategy_name: str, start_
     assert strategy.ddp_kwargs.get("find_unused_parameters", False) is find_unused
 
 
+def test_device_ids_number_the_cpu_processes_and_name_the_cuda_indices(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert L.Trainer(accelerator="cpu", devices=3, logger=False).device_ids == [0, 1, 2]
+    assert L.Trainer(accelerator="cpu", logger=False).device_ids == [0]
+    _fake_cuda(monkeypatch, 2)
+    assert L.Trainer(accelerator="cuda", devices=[1], logger=False).device_ids == [1]
+    assert L.Trainer(accelerator="cuda", devices=[1, 0], logger=False).device_ids == [1, 0]
+
+
 def test_several_cpu_processes_default_to_ddp_and_a_strategy_instance_keeps_its_timeout() -> None:
     assert isinstance(connect("cpu", devices=2), DDPStrategy)
     given = DDPStrategy(timeout=timedelta(seconds=42), find_unused_parameters=True)
