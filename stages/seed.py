@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import random
 from collections.abc import Iterator, Mapping
@@ -13,22 +14,42 @@ import torch
 from torch.utils.data import DataLoader
 
 from stages.combined_loader import CombinedLoader
+from stages.exceptions import TrainerWarning
+from stages.rank_zero import rank_zero_warn
 
 SEED_WORKERS_VARIABLE = "PL_SEED_WORKERS"
+_MAX_SEED = 2**32 - 1  # numpy's generators take 32-bit seeds
+_log = logging.getLogger(__name__)
 
 
-def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed python, numpy (when installed) and torch (CPU and every CUDA device); returns the seed used.
 
+    Without `seed`, the one in `PL_GLOBAL_SEED` (which a launcher hands to its processes), else 0 with a warning.
     With `workers=True`, the trainer's DataLoaders that have no `worker_init_fn` of their own get one that seeds
-    each worker process from this seed, the worker's index and the rank (see `seed_worker`)."""
+    each worker process from this seed, the worker's index and the rank (see `seed_worker`). `verbose` says the
+    seed on each process (a warning when none was found, an INFO log line of the seed set)."""
     if not isinstance(workers, bool):
         raise ValueError(f"workers={workers!r} must be a bool")
-    os.environ[SEED_WORKERS_VARIABLE] = "1" if workers else "0"
     if seed is None:
-        seed = int(os.environ.get("PL_GLOBAL_SEED", random.randint(0, 2**32 - 1)))
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"seed={seed} must be in [0, 2**32 - 1]")
+        found = os.environ.get("PL_GLOBAL_SEED")
+        if found is None:
+            seed = 0
+            if verbose:
+                rank_zero_warn(f"No seed found, seed set to {seed}", category=TrainerWarning)
+        else:
+            try:
+                seed = int(found)
+            except ValueError:
+                raise ValueError(f"Invalid seed specified via PL_GLOBAL_SEED: {found!r}") from None
+    elif not isinstance(seed, int):
+        seed = int(seed)  # "42" and 42.0 are taken, as Lightning takes them
+    if not 0 <= seed <= _MAX_SEED:
+        raise ValueError(f"{seed} is not in bounds, numpy accepts from 0 to {_MAX_SEED} (seed={seed})")
+    if verbose:
+        rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
+        _log.info(f"[rank: {rank}] Seed set to {seed}" if rank is not None else f"Seed set to {seed}")
+    os.environ[SEED_WORKERS_VARIABLE] = "1" if workers else "0"
     os.environ["PL_GLOBAL_SEED"] = str(seed)
     random.seed(seed)
     try:

@@ -290,11 +290,12 @@ class LightningCLI:
             after()
 
     def _set_seed(self) -> None:
-        """Seed before the classes are built; a random seed (`true`) is written back so the saved config has it."""
+        """Seed before the classes are built (`true`: `PL_GLOBAL_SEED` or 0, as Lightning), written back so the saved
+        config has it."""
         seed = self._get(self.config, "seed_everything")
         if seed is False:
             return
-        chosen = seed_everything(None if seed is True else seed)
+        chosen = seed_everything(None if seed is True else seed, workers=True)  # as Lightning's CLI seeds
         if self.subcommand is not None:
             self.config[self.subcommand]["seed_everything"] = chosen
         else:

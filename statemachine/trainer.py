@@ -21,6 +21,9 @@ from stages.callbacks.early_stopping import EarlyStopping
 from stages.callbacks.model_checkpoint import ModelCheckpoint
 from stages.callbacks.model_summary import ModelSummary
 from stages.callbacks.progress import ProgressBar, TQDMProgressBar
+from stages.callbacks.rich_model_summary import RichModelSummary
+from stages.callbacks.rich_progress import RichProgressBar
+from stages.callbacks.rich_support import rich_available
 from stages.callbacks.timer import Timer, parse_duration
 from stages.combined_loader import CombinedLoader
 from stages.datamodule import LightningDataModule
@@ -255,8 +258,15 @@ class Trainer:
         if self.max_time is not None and not any(isinstance(c, Timer) for c in user):
             user.append(Timer(duration=self.max_time, interval="step"))
         _add_progress_bar(user, _flag(config.enable_progress_bar, on))
-        if _flag(config.enable_model_summary, on) and not any(isinstance(c, ModelSummary) for c in user):
-            user.append(ModelSummary())
+        if _flag(config.enable_model_summary, on):
+            given_summaries = [type(c) for c in user if isinstance(c, ModelSummary)]
+            if given_summaries:
+                rank_zero_info(
+                    f"Trainer already configured with model summary callbacks: {given_summaries}. Skipping setting a "
+                    "default `ModelSummary` callback."
+                )
+            else:
+                user.append(RichModelSummary() if rich_available() else ModelSummary())  # Lightning's choice
         return checkpoints_last(user)
 
     def _build_loggers(self, config: TrainerConfig) -> list[Logger]:
@@ -889,7 +899,8 @@ def _flag(value: bool | None, default: bool) -> bool:
 
 
 def _add_progress_bar(callbacks: list[Callback], enabled: bool) -> None:
-    """The default bar when none is given; a given one must be the only one, and the bar must be enabled."""
+    """The default bar when none is given (rich's when `rich` is installed, else tqdm's); a given one must be the
+    only one, and the bar must be enabled."""
     bars = [c for c in callbacks if isinstance(c, ProgressBar)]
     if len(bars) > 1:
         raise InvalidTrainerArguments(
@@ -902,7 +913,7 @@ def _add_progress_bar(callbacks: list[Callback], enabled: bool) -> None:
             f" but found `{type(bars[0]).__name__}` in callbacks list."
         )
     if enabled and not bars:
-        callbacks.append(TQDMProgressBar())
+        callbacks.append(RichProgressBar() if rich_available() else TQDMProgressBar())  # Lightning's choice
 
 
 def _check_model(model: Any, trigger: str) -> None:

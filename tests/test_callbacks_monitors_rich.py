@@ -150,14 +150,30 @@ def test_rich_progress_bar_refresh_rate_zero_draws_nothing(tmp_path: Any) -> Non
     assert screen.getvalue() == ""
 
 
-def test_rich_model_summary_prints_a_table(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rich_model_summary_prints_a_table(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     summary = L.RichModelSummary(max_depth=1)
-    trainer = quiet_trainer(tmp_path, enable_model_summary=True, callbacks=[summary])
+    with caplog.at_level("INFO"):
+        trainer = quiet_trainer(tmp_path, enable_model_summary=True, callbacks=[summary])
+    assert "Trainer already configured with model summary callbacks: [<class " in caplog.text
+    assert "RichModelSummary'>]. Skipping setting a default `ModelSummary` callback." in caplog.text
     assert not any(type(c) is L.ModelSummary for c in trainer.callbacks)
     trainer.fit(TinyModel(), make_loader())
     printed = capsys.readouterr().out
-    for text in ("Name", "Type", "Params", "layer", "Linear", "10", "Trainable params", "Total params"):
+    for text in ("Name", "Type", "Params", "layer", "Linear", "10"):
         assert text in printed
+    # Lightning's lines under the rich table: "label: value", FLOPs spelt so
+    totals = [line.rstrip() for line in printed.splitlines()[-7:]]
+    assert totals == [
+        "Trainable params: 10",
+        "Non-trainable params: 0",
+        "Total params: 10",
+        "Total estimated model params size (MB): 0.000",
+        "Modules in train mode: 1",
+        "Modules in eval mode: 0",
+        "Total FLOPs: 0",
+    ]
     with pytest.raises(TypeError, match="colour"):
         L.RichModelSummary(colour="red")
 
@@ -178,3 +194,13 @@ def test_rich_callbacks_are_refused_without_rich(monkeypatch: pytest.MonkeyPatch
         L.RichProgressBar()
     with pytest.raises(ModuleNotFoundError, match="RichModelSummary requires the `rich` package"):
         L.RichModelSummary()
+
+
+def test_the_default_bar_and_summary_are_riches_when_rich_is_installed(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defaults = L.Trainer(default_root_dir=tmp_path, logger=False).callbacks
+    assert [type(c) for c in defaults] == [L.RichProgressBar, L.RichModelSummary, L.ModelCheckpoint]
+    monkeypatch.setitem(sys.modules, "rich", None)  # as if it were not installed
+    defaults = L.Trainer(default_root_dir=tmp_path, logger=False).callbacks
+    assert [type(c) for c in defaults] == [L.TQDMProgressBar, L.ModelSummary, L.ModelCheckpoint]

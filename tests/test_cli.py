@@ -169,11 +169,16 @@ def test_trainer_callbacks_and_logger_arguments_parse(tmp_path: Path) -> None:
     assert type(cli.trainer.profiler).__name__ == "AdvancedProfiler"
 
 
-def test_seed_everything(tmp_path: Path) -> None:
+def test_seed_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PL_GLOBAL_SEED", "0")  # both restored after the test: the CLI writes into them
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
     cli = LightningCLI(TinyModel, TinyData, run=False, args=["--seed_everything=123"])
     assert torch.initial_seed() == 123 and cli.config.seed_everything == 123
-    cli = LightningCLI(TinyModel, TinyData, run=False, args=[])  # default: true, a random seed written back
-    assert cli.config.seed_everything == torch.initial_seed()
+    monkeypatch.delenv("PL_GLOBAL_SEED")  # set by the seed above, as it is for a launcher's processes
+    with pytest.warns(UserWarning, match="No seed found, seed set to 0"):
+        cli = LightningCLI(TinyModel, TinyData, run=False, args=[])  # default: true, Lightning's 0 written back
+    assert cli.config.seed_everything == torch.initial_seed() == 0
+    assert os.environ["PL_SEED_WORKERS"] == "1"  # the CLI seeds the loaders' workers too, as Lightning's does
     torch.manual_seed(5)
     LightningCLI(TinyModel, TinyData, run=False, args=["--seed_everything=false"])
     assert torch.initial_seed() == 5

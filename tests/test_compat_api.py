@@ -138,7 +138,8 @@ def test_example_input_array_adds_in_and_out_sizes_to_the_summary(
     model = HParamModel(hidden=3)
     model.example_input_array = torch.zeros(2, 4)
     with caplog.at_level(logging.INFO, logger="stages.callbacks.model_summary"):
-        quiet_trainer(tmp_path, enable_model_summary=True).fit(model, make_loader())
+        # the plain summary (the default one is rich's where rich is installed)
+        quiet_trainer(tmp_path, enable_model_summary=True, callbacks=[L.ModelSummary()]).fit(model, make_loader())
     out = caplog.text
     assert "In sizes" in out and "Out sizes" in out
     row = next(line for line in out.splitlines() if line.startswith("0 ") and "Sequential" in line)

@@ -77,8 +77,28 @@ def test_seed_everything_makes_draws_repeatable() -> None:
     first = (random.random(), torch.rand(1).item())
     L.seed_everything(123)
     assert (random.random(), torch.rand(1).item()) == first
-    with pytest.raises(ValueError, match="seed=-1"):
+    with pytest.raises(ValueError, match=r"-1 is not in bounds, numpy accepts from 0 to 4294967295"):
         L.seed_everything(-1)
+
+
+def test_seed_everything_takes_lightnings_call_forms_and_says_the_seed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)  # both restored after the test
+    monkeypatch.delenv("PL_SEED_WORKERS", raising=False)
+    with caplog.at_level("INFO"):
+        assert L.seed_everything("7", verbose=True) == 7  # a str or float is cast, as Lightning casts it
+    assert "Seed set to 7" in caplog.text
+    caplog.clear()
+    assert L.seed_everything(8.0, verbose=False) == 8 and "Seed set" not in caplog.text  # type: ignore[arg-type]
+    monkeypatch.delenv("PL_GLOBAL_SEED")
+    with pytest.warns(UserWarning, match="No seed found, seed set to 0"):
+        assert L.seed_everything() == 0  # Lightning's documented default, not a random seed
+    monkeypatch.setenv("PL_GLOBAL_SEED", "31")
+    assert L.seed_everything() == 31
+    monkeypatch.setenv("PL_GLOBAL_SEED", "x")
+    with pytest.raises(ValueError, match="Invalid seed specified via PL_GLOBAL_SEED: 'x'"):
+        L.seed_everything()
 
 
 def test_save_hyperparameters_collects_init_arguments() -> None:

@@ -452,8 +452,10 @@ def test_the_trainer_refuses_two_bars(tmp_path: Any) -> None:
         L.Trainer(callbacks=[TQDMProgressBar(), TQDMProgressBar()], default_root_dir=str(tmp_path))
 
 
-def test_progress_bar_callback(tmp_path: Any) -> None:
-    assert type(L.Trainer(default_root_dir=str(tmp_path)).progress_bar_callback) is TQDMProgressBar
+def test_progress_bar_callback(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as without_rich:  # with rich installed, the default bar is rich's
+        without_rich.setitem(sys.modules, "rich", None)
+        assert type(L.Trainer(default_root_dir=str(tmp_path)).progress_bar_callback) is TQDMProgressBar
     assert L.Trainer(enable_progress_bar=False, default_root_dir=str(tmp_path)).progress_bar_callback is None
     given = TQDMProgressBar()
     assert L.Trainer(callbacks=[given], default_root_dir=str(tmp_path)).progress_bar_callback is given

@@ -10,6 +10,9 @@ from stages.callbacks.model_summary import ModelSummary, Summary
 from stages.callbacks.rich_support import require_rich
 
 _STYLE_KEYS = ("header_style",)
+# As Lightning's rich summary lays it out: counts and sizes right-aligned, "label: value" lines under the table.
+_LEFT_COLUMNS = frozenset({"", "Name", "Type", "Mode"})
+_RICH_LABELS = {"Total Flops": "Total FLOPs"}
 
 
 class RichModelSummary(ModelSummary):
@@ -43,12 +46,11 @@ def summary_renderables(module: nn.Module, max_depth: int, header_style: str = "
     header, rows = summary.layer_table()
     table = Table(header_style=header_style)
     for title in header:
-        table.add_column(title, justify="right" if title == "Params" else "left")
+        table.add_column(title, justify="left" if title in _LEFT_COLUMNS else "right")
     for row in rows:
         table.add_row(*row)
-    totals = Table.grid(padding=(0, 1))
+    totals = Table.grid()
     totals.add_column(justify="left")
-    totals.add_column()
     for value, label in summary.totals():
-        totals.add_row(f"[bold]{value}", label)
+        totals.add_row(f"[bold]{_RICH_LABELS.get(label, label)}[/]: {value}")
     return [table, totals] if rows else [totals]

@@ -29,7 +29,7 @@ class RichProgressBarTheme:
 
 
 class RichProgressBar(ProgressBar):
-    """One bar per training epoch (`Epoch N`, replaced each epoch unless `leave`), and bars for the sanity check,
+    """One bar per training epoch (`Epoch N/last`, replaced each epoch unless `leave`), and bars for the sanity check,
     validation, test and predict runs, with batches done, elapsed time, speed and the metrics logged with
     `prog_bar=True`. Redrawn every `refresh_rate` batches (0 disables it). `console_kwargs` go to
     `rich.console.Console`. Needs the `rich` extra."""
@@ -132,6 +132,8 @@ class RichProgressBar(ProgressBar):
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         description = f"Epoch {trainer.current_epoch}"
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:  # "Epoch 1/9" for 10 epochs, as Lightning
+            description += f"/{trainer.max_epochs - 1}"
         total = trainer.num_training_batches
         if self._train_task is not None and not self._leave and self._progress is not None:
             known = None if math.isinf(total) else int(total)

@@ -5,8 +5,13 @@ from __future__ import annotations
 import importlib.util
 
 
+def rich_available() -> bool:
+    """Whether `rich` is installed (asked without importing it): the Trainer's default bar and summary use it then."""
+    return importlib.util.find_spec("rich") is not None
+
+
 def require_rich(user: str) -> None:
-    if importlib.util.find_spec("rich") is None:
+    if not rich_available():
         raise ModuleNotFoundError(
             f"{user} requires the `rich` package, which is not installed; install it with "
             "`pip install 'statemachine-trainer[rich]'` (or `pip install rich`)"
