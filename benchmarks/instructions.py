@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from overhead import CONFIGS, make_batches, run_floor, run_plain, run_trainer
+from overhead import CONFIGS, make_batches, parse_configs, run_floor, run_plain, run_trainer
 
 SIDES = ("trainer", "plain", "floor")
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -107,10 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--jobs", type=int, default=2, help="processes under callgrind at once (default 2)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     args = parser.parse_args(argv)
-    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = sorted(set(configs) - set(CONFIGS))
-    if unknown:
-        parser.error(f"unknown configs {unknown}; choose from {', '.join(CONFIGS)}")
+    configs = parse_configs(parser, args.configs)
     try:
         short, long = (int(part) for part in args.steps.split(","))
     except ValueError:

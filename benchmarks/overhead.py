@@ -362,6 +362,15 @@ def measure(config: str, steps: int, rounds: int, root: str, lightning: Flavour 
     return numbers
 
 
+def parse_configs(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The comma-separated configuration names of `--configs`; an unknown one ends the command with its name."""
+    configs = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"unknown configs {unknown}; choose from {', '.join(CONFIGS)}")
+    return configs
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1280, help="optimizer steps per run (default 1280)")
@@ -377,10 +386,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     args = parser.parse_args(argv)
-    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = sorted(set(configs) - set(CONFIGS))
-    if unknown:
-        parser.error(f"unknown configs {unknown}; choose from {', '.join(CONFIGS)}")
+    configs = parse_configs(parser, args.configs)
 
     lightning = lightning_flavour() if args.lightning else None
     torch.set_num_threads(args.threads)
