@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from stages.combined_loader import CombinedLoader
+from stages.console import show_info_on_the_console
 from stages.exceptions import TrainerWarning
 from stages.rank_zero import rank_zero_warn
 
@@ -47,6 +48,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     if not 0 <= seed <= _MAX_SEED:
         raise ValueError(f"{seed} is not in bounds, numpy accepts from 0 to {_MAX_SEED} (seed={seed})")
     if verbose:
+        show_info_on_the_console()
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
         _log.info(f"[rank: {rank}] Seed set to {seed}" if rank is not None else f"Seed set to {seed}")
     os.environ[SEED_WORKERS_VARIABLE] = "1" if workers else "0"

@@ -26,6 +26,7 @@ from stages.callbacks.rich_progress import RichProgressBar
 from stages.callbacks.rich_support import rich_available
 from stages.callbacks.timer import Timer, parse_duration
 from stages.combined_loader import CombinedLoader
+from stages.console import show_info_on_the_console
 from stages.datamodule import LightningDataModule
 from stages.evaluation import FitValidation
 from stages.exceptions import MisconfigurationException, PossibleUserWarning, TrainerWarning
@@ -123,7 +124,7 @@ class Trainer:
                 f"with TABLE.extend), got {type(table).__name__}"
             )
         arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__", "table")}
-        _show_info_on_the_console()
+        show_info_on_the_console()
         config, self.strategy = _validated(arguments)
         _say_devices(self.strategy)
         self._apply_flags(config)
@@ -818,31 +819,6 @@ def _validated(arguments: dict[str, Any]) -> tuple[TrainerConfig, devices.Strate
     if problems or config is None or strategy is None:
         raise InvalidTrainerArguments("invalid Trainer arguments:\n" + "\n".join(problems))
     return config, strategy
-
-
-# The loggers of this project's packages: the trainer's messages come from all three.
-_PACKAGE_LOGGERS = ("statemachine", "stages", "devices")
-_console_decided = False
-
-
-def _show_info_on_the_console() -> None:
-    """Once per process, at the first Trainer: when the user has configured no logging (the root logger has no
-    handler), the packages' loggers write their INFO messages to stderr themselves, as Lightning does for its own
-    logger. Otherwise the user's logging setup decides what is shown, and nothing here changes it."""
-    global _console_decided
-    if _console_decided:
-        return
-    _console_decided = True
-    if logging.getLogger().hasHandlers():
-        return
-    handler = logging.StreamHandler()
-    for name in _PACKAGE_LOGGERS:
-        package = logging.getLogger(name)
-        if package.handlers or package.level != logging.NOTSET:
-            continue  # the user configured this one
-        package.setLevel(logging.INFO)
-        package.addHandler(handler)
-        package.propagate = False
 
 
 def _say_devices(strategy: devices.Strategy) -> None:

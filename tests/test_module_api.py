@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -99,6 +101,13 @@ def test_seed_everything_takes_lightnings_call_forms_and_says_the_seed(
     monkeypatch.setenv("PL_GLOBAL_SEED", "x")
     with pytest.raises(ValueError, match="Invalid seed specified via PL_GLOBAL_SEED: 'x'"):
         L.seed_everything()
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_seed_everything_says_the_seed_before_any_trainer_exists(verbose: bool) -> None:
+    code = f"import statemachine as L; L.seed_everything(3, verbose={verbose})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert ("Seed set to 3" in done.stderr) is verbose
 
 
 def test_save_hyperparameters_collects_init_arguments() -> None:

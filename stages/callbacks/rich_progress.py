@@ -72,7 +72,14 @@ class RichProgressBar(ProgressBar):
         if self._progress is not None or not self.is_enabled:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         theme = self.theme
         self._progress = Progress(
@@ -84,6 +91,8 @@ class RichProgressBar(ProgressBar):
             ),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("•", style=theme.time),  # elapsed • remaining, as Lightning's bar shows them
+            TimeRemainingColumn(),
             TextColumn("{task.fields[speed]}", style=theme.processing_speed),
             TextColumn("{task.fields[metrics]}", style=theme.metrics),
             console=Console(**self._console_kwargs),
