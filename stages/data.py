@@ -62,11 +62,14 @@ def request(trainer: TrainerView, kind: str) -> Any:
         # overfit_batches trains on the same first batches every epoch, so it never shuffles.
         shuffle = trainer.overfit_batches == 0
         split = trainer.strategy.distributed_sampler_kwargs  # the data-parallel ranks, which may be fewer
-        own = {id(loader.sampler) for loader in loaders_in(given)}
+        # validate/test say what the samplers added here repeat; a user's own distributed sampler is not said
+        fn = trainer.state.fn
+        evaluating = fn if fn in ("validate", "test") and split["num_replicas"] > 1 else None
+        own = {id(loader.sampler) for loader in loaders_in(given)} if evaluating else set()
         given = samplers.distribute(given, kind, split["num_replicas"], split["rank"], shuffle)
-        if trainer.state.fn in ("validate", "test") and split["num_replicas"] > 1:
+        if evaluating:
             made = [loader.sampler for loader in loaders_in(given) if id(loader.sampler) not in own]
-            _warn_repeated_samples(trainer.state.fn, made, split["num_replicas"])
+            _warn_repeated_samples(evaluating, made, split["num_replicas"])
     check_lengths(trainer, kind, given)
     return given
 

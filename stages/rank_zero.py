@@ -21,12 +21,18 @@ ReturnT = TypeVar("ReturnT")
 _RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "JSM_NAMESPACE_RANK")
 
 
-def _rank_from_environment() -> int:
+def launcher_rank() -> int | None:
+    """The global rank a launcher gave this process in its environment; None when no launcher set one."""
     for name in _RANK_VARIABLES:
         value = os.environ.get(name, "")
         if value.isdigit():
             return int(value)
-    return 0
+    return None
+
+
+def _rank_from_environment() -> int:
+    rank = launcher_rank()
+    return 0 if rank is None else rank
 
 
 class _RankZeroOnly:

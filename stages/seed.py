@@ -16,14 +16,14 @@ from torch.utils.data import DataLoader
 from stages.combined_loader import CombinedLoader
 from stages.console import show_info_on_the_console
 from stages.exceptions import TrainerWarning
-from stages.rank_zero import rank_zero_warn
+from stages.rank_zero import launcher_rank, rank_zero_warn
 
 SEED_WORKERS_VARIABLE = "PL_SEED_WORKERS"
 _MAX_SEED = 2**32 - 1  # numpy's generators take 32-bit seeds
 _log = logging.getLogger(__name__)
 
 
-def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
+def seed_everything(seed: int | float | str | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed python, numpy (when installed) and torch (CPU and every CUDA device); returns the seed used.
 
     Without `seed`, the one in `PL_GLOBAL_SEED` (which a launcher hands to its processes), else 0 with a warning.
@@ -43,13 +43,13 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
                 seed = int(found)
             except ValueError:
                 raise ValueError(f"Invalid seed specified via PL_GLOBAL_SEED: {found!r}") from None
-    elif not isinstance(seed, int):
+    else:
         seed = int(seed)  # "42" and 42.0 are taken, as Lightning takes them
     if not 0 <= seed <= _MAX_SEED:
-        raise ValueError(f"{seed} is not in bounds, numpy accepts from 0 to {_MAX_SEED} (seed={seed})")
+        raise ValueError(f"{seed} is not in bounds, numpy accepts from 0 to {_MAX_SEED}")
     if verbose:
         show_info_on_the_console()
-        rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
+        rank = launcher_rank()
         _log.info(f"[rank: {rank}] Seed set to {seed}" if rank is not None else f"Seed set to {seed}")
     os.environ[SEED_WORKERS_VARIABLE] = "1" if workers else "0"
     os.environ["PL_GLOBAL_SEED"] = str(seed)

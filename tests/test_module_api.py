@@ -92,7 +92,7 @@ def test_seed_everything_takes_lightnings_call_forms_and_says_the_seed(
         assert L.seed_everything("7", verbose=True) == 7  # a str or float is cast, as Lightning casts it
     assert "Seed set to 7" in caplog.text
     caplog.clear()
-    assert L.seed_everything(8.0, verbose=False) == 8 and "Seed set" not in caplog.text  # type: ignore[arg-type]
+    assert L.seed_everything(8.0, verbose=False) == 8 and "Seed set" not in caplog.text
     monkeypatch.delenv("PL_GLOBAL_SEED")
     with pytest.warns(UserWarning, match="No seed found, seed set to 0"):
         assert L.seed_everything() == 0  # Lightning's documented default, not a random seed
