@@ -8,8 +8,9 @@ that actually do something.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, cast
 
 from stages.callbacks.callback import Callback, Checkpoint
 from stages.callbacks.early_stopping import EarlyStopping
@@ -195,26 +196,31 @@ class HookRunner:
             state["_current_fx_name"] = previous
 
     def step_method(self, name: str) -> Callable[[Any, int], Any]:
-        """`module(name, batch, batch_idx)` for the user's step method `name`, resolved once for a loop that calls
-        it every batch: the method, whether it takes `batch_idx`, and the hook name `self.log` reads meanwhile."""
-        module = self._module
+        """The user's step method `name` as `(batch, batch_idx)`, resolved once for a loop that calls it every
+        batch, without the hook-name bookkeeping: the loop runs its batches inside `naming(name)`."""
         plan = self._module_plans.get(name)
         if plan is None:
             plan = self._plan(name)
         assert plan in (_USER, _USER_WITHOUT_BATCH_IDX), f"{name} is the user's step method"
-        method = getattr(module, name)
-        state = module.__dict__
-        takes_idx = plan == _USER
+        method = getattr(self._module, name)
+        if plan == _USER:
+            return cast(Callable[[Any, int], Any], method)
+        return lambda batch, batch_idx: method(batch)
 
-        def call(batch: Any, batch_idx: int) -> Any:
-            previous = state["_current_fx_name"]
-            state["_current_fx_name"] = name
-            try:
-                return method(batch, batch_idx) if takes_idx else method(batch)
-            finally:
-                state["_current_fx_name"] = previous
-
-        return call
+    @contextmanager
+    def naming(self, name: str | None) -> Iterator[None]:
+        """`self.log` calls in the block log as hook `name`; None leaves the name to each hook call. Hook calls in
+        the block name themselves and give `name` back."""
+        if name is None:
+            yield
+            return
+        state = self._module.__dict__
+        previous = state["_current_fx_name"]
+        state["_current_fx_name"] = name
+        try:
+            yield
+        finally:
+            state["_current_fx_name"] = previous
 
     def module_overrides(self, name: str) -> bool:
         return self._module_overrides_hook(name, self._module)

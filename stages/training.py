@@ -375,10 +375,12 @@ class FitLoop:
             profiler=run_of(trainer).profiler,
             action="train_dataloader_next",
         )
-        yield from self._run_batches(self._fetching_calls(batches, start) if self.fetches_itself else batches)
+        step, step_hook = self._step_function()
+        with hooks.naming(step_hook):
+            yield from self._run_batches(self._fetching_calls(batches, start) if self.fetches_itself else batches, step)
         self._end_epoch()
 
-    def _run_batches(self, calls: Iterator[tuple[int, Any, bool]]) -> Iterator[None]:
+    def _run_batches(self, calls: Iterator[tuple[int, Any, bool]], step: StepFunction) -> Iterator[None]:
         """Each step call up to `on_train_batch_end`, then the table's `val_check` poll (the epoch pauses while the
         machine validates), then the loop's end-of-batch rules. One sequence for every kind of step: the step
         function (see `_step_function`) and where its input comes from (a loader's batch, moved to the device, or
@@ -390,7 +392,6 @@ class FitLoop:
         hooks, optimization, metrics, progress = run.hooks, run.optimization, run.metrics, self.batch_progress
         # No val_check candidate can pass in this epoch (the table's require a validating one): nothing to poll.
         poll_val_check = run.flow.poller("val_check") if run.flow.may_pass("val_check") else None
-        step = self._step_function()
         fetching, automatic, multi_process = self.fetches_itself, self.automatic, self.multi_process
         transfer = data.train_transfer_for(trainer)
         # Whether a batch's logged values go to the loggers: with accumulation, only a batch that steps decides.
@@ -476,15 +477,16 @@ class FitLoop:
             yield step_idx, fetcher, False
             step_idx += 1
 
-    def _step_function(self) -> StepFunction:
-        """This epoch's step: manual optimization calls `training_step` alone; automatic optimization runs it inside
-        the optimizer's closure with every step hook, or, when nothing hooks into the step, calls the optimizer
-        directly (the same calls in the same order, without the closure)."""
+    def _step_function(self) -> tuple[StepFunction, str | None]:
+        """This epoch's step, and the hook name its batches run under (None: each hook call names itself).
+        Manual optimization calls `training_step` alone; automatic optimization runs it inside the optimizer's
+        closure with every step hook, or, when nothing hooks into the step, calls the optimizer directly (the same
+        calls in the same order, without the closure), with `training_step` named once for the epoch."""
         if not self.automatic:
-            return self._manual_step
+            return self._manual_step, None
         if self._direct_step_allowed():
-            return self._direct_step()
-        return self._automatic_step
+            return self._direct_step(), "training_step"
+        return self._automatic_step, None
 
     def _batch_start_ends_epoch(self, batch: Any, batch_idx: int) -> bool:
         """`on_train_batch_start`, callbacks then the module; the module returning -1 ends the epoch. That batch
@@ -553,7 +555,7 @@ class FitLoop:
         optimizer = run.optimization.optimizers[0]
         training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
+        zero_grad_progress, step_progress = self.zero_grad_progress, self.optimizer_step_progress
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
@@ -568,7 +570,8 @@ class FitLoop:
                 loss.backward()
             if (batch_idx + 1) % k == 0 or is_last:
                 optimizer.step()
-                on_optimizer_stepped()
+                step_progress.increment_step()  # on_optimizer_stepped, for an automatic step
+                self.stepped_this_batch = True
             return output, loss
 
         return direct_step

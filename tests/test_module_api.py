@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TinyModel, make_loader, quiet_trainer
+from conftest import Boom, TinyModel, make_loader, quiet_trainer
 from torch import nn
 
 import statemachine as L
@@ -126,6 +126,18 @@ def test_log_outside_the_control_flow_is_refused(tmp_path: Any) -> None:
     model.log("ignored", 1.0)  # no trainer attached: nothing happens, as in Lightning
     trainer = quiet_trainer(tmp_path, limit_train_batches=1)
     trainer.fit(model, make_loader())
+    with pytest.raises(L.MisconfigurationException, match="outside the Trainer's control flow"):
+        model.log("late", 1.0)
+
+
+def test_log_after_a_failure_inside_a_paused_epoch_is_refused(tmp_path: Any) -> None:
+    """The epoch's batches log as `training_step`; a validation that fails while the epoch waits for it must not
+    leave that name behind for a later `self.log` outside any hook."""
+    model = TinyModel(fail_in="validation_step")
+    trainer = quiet_trainer(tmp_path, limit_train_batches=4, val_check_interval=2, num_sanity_val_steps=0)
+    with pytest.raises(Boom):
+        trainer.fit(model, make_loader(), make_loader())
+    assert trainer.global_step == 2  # it failed in the validation after batch 2, with the epoch paused
     with pytest.raises(L.MisconfigurationException, match="outside the Trainer's control flow"):
         model.log("late", 1.0)
 

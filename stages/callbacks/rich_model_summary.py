@@ -41,6 +41,7 @@ class RichModelSummary(ModelSummary):
 def summary_renderables(module: nn.Module, max_depth: int, header_style: str = "bold magenta") -> list[Any]:
     """The layer table and the totals grid of `module`, ready for `rich.console.Console.print`."""
     from rich.table import Table
+    from rich.text import Text
 
     summary = Summary(module, max_depth)
     header, rows = summary.layer_table()
@@ -49,8 +50,7 @@ def summary_renderables(module: nn.Module, max_depth: int, header_style: str = "
         table.add_column(title, justify="left" if title in _LEFT_COLUMNS else "right")
     for row in rows:
         table.add_row(*row)
-    totals = Table.grid()
-    totals.add_column(justify="left")
-    for value, label in summary.totals():
-        totals.add_row(f"[bold]{_RICH_LABELS.get(label, label)}[/]: {value}")
+    # One text of bold "label: " and value lines: what a one-column grid shows, without its layout pass.
+    lines = [((f"{_RICH_LABELS.get(label, label)}", "bold"), f": {value}") for value, label in summary.totals()]
+    totals = Text("\n").join(Text.assemble(*line) for line in lines)
     return [table, totals] if rows else [totals]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 
 def rich_available() -> bool:
-    """Whether `rich` is installed (asked without importing it): the Trainer's default bar and summary use it then."""
-    return importlib.util.find_spec("rich") is not None
+    """Whether `rich` is installed (asked without importing it): the Trainer's default bar and summary use it then.
+    Once it is imported the answer is a lookup: every Trainer asks, and a search of the import path costs more."""
+    return sys.modules.get("rich") is not None or importlib.util.find_spec("rich") is not None
 
 
 def require_rich(user: str) -> None:
