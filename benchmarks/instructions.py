@@ -51,49 +51,66 @@ def run_side(side: str, config: str, steps: int) -> None:
                 raise RuntimeError(f"{side} made {made} steps, expected {len(batches)}")
 
 
-def count(side: str, config: str, steps: int) -> int:
-    """The instructions callgrind counts for one process running `side` (all its threads together)."""
+def count(side: str, config: str, steps: int, layout: int) -> int:
+    """The instructions callgrind counts for one process running `side` (all its threads together), in memory
+    layout number `layout` (see `measure`)."""
     # One OpenBLAS thread: numpy's pool spins for a varying while under valgrind and blurs the count. A fixed hash
     # seed: with str hashes random per process, dict and set probing differs and two identical runs differ by
-    # millions of instructions; with it, by about two thousand.
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    # millions of instructions. A fixed environment, argv and working directory: they sit on the new process's
+    # stack, and with the caller's environment (its size changes with the shell) the same side's count moved by up
+    # to 2,000 instructions a step between invocations, as the kernels' paths follow the data's alignment.
+    env = {"PATH": os.defpath, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env["PYTHONHASHSEED"] = "0"
+    env["BENCH_LAYOUT"] = "x" * (37 * layout)  # shifts where the process's data lands: one layout per number
+    here = os.path.dirname(os.path.abspath(__file__))
     command = [
-        "valgrind",
+        shutil.which("valgrind") or "valgrind",
         "--tool=callgrind",
         "--callgrind-out-file=/dev/null",
         sys.executable,
-        __file__,
+        os.path.join(here, "instructions.py"),
         "--child",
         side,
         config,
         str(steps),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=here, check=False)
     found = _COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"{side} {config} {steps} steps under callgrind failed:\n{done.stderr[-3000:]}")
     return int(found.group(1))
 
 
-def measure(configs: list[str], short: int, long: int, jobs: int) -> dict[str, dict[str, float]]:
+def measure(configs: list[str], short: int, long: int, jobs: int, layouts: int) -> dict[str, dict[str, Any]]:
+    """Each side's instructions per step, averaged over `layouts` memory layouts. Within one layout a count repeats
+    to a few instructions; between layouts the same side moves by up to several thousand a step (objects hashed by
+    address probe dicts differently, data lands at other alignments), so a single layout can favour either side."""
     runs = [
-        (config, side, steps)
+        (config, side, steps, layout)
         for config in configs
         for side in SIDES
         if side != "floor" or config == "off"
+        for layout in range(layouts)
         for steps in (short, long)
     ]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        totals = dict(zip(runs, pool.map(lambda run: count(run[1], run[0], run[2]), runs)))
-    result: dict[str, dict[str, float]] = {}
+        totals = dict(zip(runs, pool.map(lambda run: count(run[1], run[0], run[2], run[3]), runs)))
+    result: dict[str, dict[str, Any]] = {}
     for config in configs:
-        per_step = {
-            side: (totals[config, side, long] - totals[config, side, short]) / (long - short)
-            for side in SIDES
-            if (config, side, short) in totals
+        sides = [side for side in SIDES if (config, side, short, 0) in totals]
+        by_layout = {
+            side: [
+                (totals[config, side, long, layout] - totals[config, side, short, layout]) / (long - short)
+                for layout in range(layouts)
+            ]
+            for side in sides
         }
-        numbers = {f"{side}_instructions_per_step": round(value) for side, value in per_step.items()}
+        per_step = {side: sum(values) / layouts for side, values in by_layout.items()}
+        numbers: dict[str, Any] = {f"{side}_instructions_per_step": round(value) for side, value in per_step.items()}
+        numbers.update({f"{side}_by_layout": [round(v) for v in values] for side, values in by_layout.items()})
+        ratios = [t / p for t, p in zip(by_layout["trainer"], by_layout["plain"])]
         numbers["ratio"] = round(per_step["trainer"] / per_step["plain"], 4)
+        numbers["ratio_range"] = [round(min(ratios), 4), round(max(ratios), 4)]
         if "floor" in per_step:
             numbers["floor_ratio"] = round(per_step["floor"] / per_step["plain"], 4)
         result[config] = numbers
@@ -105,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--configs", default="off,log,defaults", help="comma-separated: " + ", ".join(CONFIGS))
     parser.add_argument("--steps", default="64,1088", help="the short and the long epoch's steps (default 64,1088)")
     parser.add_argument("--jobs", type=int, default=2, help="processes under callgrind at once (default 2)")
+    parser.add_argument("--layouts", type=int, default=3, help="memory layouts averaged over (default 3)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the numbers here as JSON")
     args = parser.parse_args(argv)
     configs = parse_configs(parser, args.configs)
@@ -114,17 +132,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--steps {args.steps!r} must be two step counts, the short first, e.g. 64,1088")
     if not 0 < short < long:
         parser.error(f"--steps {args.steps!r} must be two step counts, the short first, e.g. 64,1088")
+    if args.layouts < 1:
+        parser.error(f"--layouts {args.layouts} must be at least 1")
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not on PATH (Debian: apt-get install valgrind)")
 
-    result = measure(configs, short, long, args.jobs)
-    print(f"instructions per step (callgrind, {short} and {long} steps), torch {torch.__version__}")
-    print(f"{'config':<9} {'trainer':>10} {'plain':>10} {'ratio':>7}")
+    result = measure(configs, short, long, args.jobs, args.layouts)
+    print(
+        f"instructions per step (callgrind, {short} and {long} steps, mean of {args.layouts} memory layouts), "
+        f"torch {torch.__version__}"
+    )
+    print(f"{'config':<9} {'trainer':>10} {'plain':>10} {'ratio':>7}  {'per layout':>15}")
     for config, numbers in result.items():
+        low, high = numbers["ratio_range"]
         floor = f"   (floor: {numbers['floor_ratio']:.4f})" if "floor_ratio" in numbers else ""
         print(
             f"{config:<9} {numbers['trainer_instructions_per_step']:10d} {numbers['plain_instructions_per_step']:10d} "
-            f"{numbers['ratio']:7.4f}{floor}"
+            f"{numbers['ratio']:7.4f}  {low:.4f}-{high:.4f}{floor}"
         )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
