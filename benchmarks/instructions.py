@@ -57,11 +57,16 @@ def count(side: str, config: str, steps: int, layout: int) -> int:
     # One OpenBLAS thread: numpy's pool spins for a varying while under valgrind and blurs the count. A fixed hash
     # seed: with str hashes random per process, dict and set probing differs and two identical runs differ by
     # millions of instructions. A fixed environment, argv and working directory: they sit on the new process's
-    # stack, and with the caller's environment (its size changes with the shell) the same side's count moved by up
-    # to 2,000 instructions a step between invocations, as the kernels' paths follow the data's alignment.
-    env = {"PATH": os.defpath, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    env["PYTHONHASHSEED"] = "0"
-    env["BENCH_LAYOUT"] = "x" * (37 * layout)  # shifts where the process's data lands: one layout per number
+    # stack, so with the caller's environment a count depends on the shell it was started from. `BENCH_LAYOUT`
+    # shifts where the process's data lands, one layout per number.
+    env = {
+        "PATH": os.defpath,
+        "LANG": "C.UTF-8",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",
+        "BENCH_LAYOUT": "x" * (37 * layout),
+    }
     here = os.path.dirname(os.path.abspath(__file__))
     command = [
         shutil.which("valgrind") or "valgrind",

@@ -555,7 +555,7 @@ class FitLoop:
         optimizer = run.optimization.optimizers[0]
         training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
-        zero_grad_progress, step_progress = self.zero_grad_progress, self.optimizer_step_progress
+        zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
@@ -570,8 +570,7 @@ class FitLoop:
                 loss.backward()
             if (batch_idx + 1) % k == 0 or is_last:
                 optimizer.step()
-                step_progress.increment_step()  # on_optimizer_stepped, for an automatic step
-                self.stepped_this_batch = True
+                on_optimizer_stepped()
             return output, loss
 
         return direct_step

@@ -39,7 +39,7 @@ class RichModelSummary(ModelSummary):
 
 
 def summary_renderables(module: nn.Module, max_depth: int, header_style: str = "bold magenta") -> list[Any]:
-    """The layer table and the totals grid of `module`, ready for `rich.console.Console.print`."""
+    """The layer table and the totals lines of `module`, ready for `rich.console.Console.print`."""
     from rich.table import Table
     from rich.text import Text
 
