@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from devices.accelerators import Accelerator
 from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment
+from devices.flag_ride import FlagsRideGradients
 from devices.parallel import DEFAULT_TIMEOUT, ParallelStrategy
 from devices.precision import Precision
 from devices.strategy import ModuleT
+
+# DDP's first gradient bucket holds up to 1 MiB: a model whose gradients fit is all-reduced in one bucket.
+_FIRST_BUCKET_BYTES = 1 << 20
 
 
 class DDPStrategy(ParallelStrategy):
@@ -46,6 +51,7 @@ class DDPStrategy(ParallelStrategy):
             checkpoint_io=checkpoint_io,
         )
         self.ddp_kwargs = ddp_kwargs
+        self._ride: FlagsRideGradients | None = None
 
     @property
     def plain_steps(self) -> bool:
@@ -58,14 +64,36 @@ class DDPStrategy(ParallelStrategy):
         if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):
             device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
             self.model = DistributedDataParallel(_StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
+            if _gradient_bytes(module) <= min(_FIRST_BUCKET_BYTES, self.model.bucket_bytes_cap):
+                self._ride = FlagsRideGradients(self.model.process_group)
+                self.model.register_comm_hook(None, self._ride.all_reduce)
             # The training step runs through DDP's forward, which prepares the gradient all-reduce of backward.
             module.__dict__["training_step"] = _RoutedStep(self.model)
         return module
+
+    def start_any(self, flags: Tensor) -> Callable[[], Tensor]:
+        """For a model all-reduced in one bucket, the flags ride the next backward's gradient all-reduce, which
+        every rank runs anyway: agreeing on them costs no collective of their own. When no backward ran before the
+        call, it agrees on them itself, at once (the same on every rank: DDP's backward is collective).
+
+        A larger model keeps DDP's built-in all-reduce: a Python communication hook runs for every bucket, and over
+        several buckets costs more than the flags' one small collective."""
+        ride = self._ride
+        if ride is None:
+            return super().start_any(flags)
+        ride.board(flags)
+
+        def wait() -> Tensor:
+            agreed = ride.alight()
+            return self.reduce(flags, reduce_op="max") if agreed is None else agreed
+
+        return wait
 
     def teardown(self, module: nn.Module | None = None, optimizers: Any = ()) -> None:
         if module is not None:
             module.__dict__.pop("training_step", None)
         self.model = self.lightning_module  # unwrapped, as after Lightning's teardown
+        self._ride = None
         super().teardown(module, optimizers)
 
 
@@ -86,3 +114,7 @@ class _RoutedStep:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.model(*args, **kwargs)
+
+
+def _gradient_bytes(module: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)

@@ -302,6 +302,12 @@ class ParallelStrategy(Strategy):
 
         return wait
 
+    def start_any(self, flags: Tensor) -> Callable[[], Tensor]:
+        """Start agreeing 0/1 `flags` without waiting: the call returned gives each flag nonzero where any rank
+        raised it. Here one small all-reduce of their own; a strategy may carry them in a collective it runs
+        anyway."""
+        return self.start_reduce(flags, "max")
+
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         """Stack every rank's `tensor` along a new first dimension (sizes may differ along dim 0: padded and cut)."""
         if not self.distributed_ready:

@@ -643,7 +643,8 @@ class FitLoop:
     def _send_flags(self, stop_requested: bool) -> None:
         """Multi-process, before a batch: start agreeing this rank's inputs to the loop's decisions (`should_stop`,
         a SIGTERM, whether the time-based validation interval has passed on its clock; any rank's counts for
-        all), in one small collective that runs while the batch does. `_take_flags` reads the result after it.
+        all) while the batch runs: in one small collective, or, under DDP, inside the batch's gradient all-reduce
+        (see `DDPStrategy.start_any`). `_take_flags` reads the result after it.
 
         The decisions after batch k thus use the flags sent after batch k - 1: every rank reads the same values at
         the same batch, one batch after a rank raised them, and no batch waits for the collective."""
@@ -653,7 +654,7 @@ class FitLoop:
         # An agreed stop stays agreed; this rank's own request, taken before the agreed value replaced it, joins it.
         flags = [stop_requested or trainer.should_stop, trainer.received_sigterm, self._val_interval_passed()]
         tensor = torch.tensor(flags, dtype=torch.float32, device=strategy.root_device)
-        self._flags_in_flight = strategy.start_reduce(tensor, "max")
+        self._flags_in_flight = strategy.start_any(tensor)
 
     def _take_flags(self) -> bool:
         """Multi-process, after a batch: the flags agreed while it ran become this rank's, before the batch's

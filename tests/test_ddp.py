@@ -547,16 +547,23 @@ class WritesWhereItStopped(RankModel):
 
 
 class StopsOnRankOne(WritesWhereItStopped):
-    """Only rank 1's code sets should_stop, after its second batch."""
+    """Only rank 1's code sets should_stop, after its second batch. `wide`: gradients over DDP's first bucket
+    (1 MiB), which the ranks' flags do not ride: they agree in a collective of their own."""
+
+    def __init__(self, folder: Path, wide: bool) -> None:
+        super().__init__(folder)
+        if wide:
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 2))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.global_rank == 1 and self.global_step == 2:
             self.trainer.should_stop = True
 
 
-def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wide", [False, True])
+def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path: Path, wide: bool) -> None:
     trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=5)
-    trainer.fit(StopsOnRankOne(tmp_path), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
+    trainer.fit(StopsOnRankOne(tmp_path, wide), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
     first, second = _ranks(tmp_path)
     # The ranks agree on their flags while the next batch runs: every rank stops after that next batch, the third
     # of four, and reads the same should_stop at every batch (rank 1's own request shows once they agreed).
@@ -599,6 +606,34 @@ class Linear(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class CountsCollectives(Linear):
+    """Each rank writes how many collectives its process group ran from the start of batch 2 to that of batch 5
+    (from batch 2 on, DDP has rebuilt its buckets, which it agrees on in collectives of its own)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.started_at = 0
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        group = torch.distributed.distributed_c10d._get_default_group()
+        count = group._get_sequence_number_for_group()  # type: ignore[attr-defined]  # bound in C++, no stub
+        if batch_idx == 2:
+            self.started_at = count
+        elif batch_idx == 5:
+            record = {"collectives": count - self.started_at}
+            (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(record))
+
+
+def test_the_ranks_flags_ride_ddps_gradient_all_reduce(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1, enable_checkpointing=False)
+    trainer.fit(CountsCollectives(tmp_path), loader(4, samples=48))  # 6 batches a rank
+    first, second = _ranks(tmp_path)
+    # Batches 2 to 4 ran one collective each: their gradient all-reduce, which carried the flags the ranks agree
+    # on (should_stop, a SIGTERM, the validation clock), sent after the batch before.
+    assert first["collectives"] == second["collectives"] == 3
 
 
 class FailsAfterItsLastBatch(Linear):
