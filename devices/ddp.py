@@ -23,8 +23,9 @@ _FIRST_BUCKET_BYTES = 1 << 20
 
 
 class DDPStrategy(ParallelStrategy):
-    """Lightning's `DDPStrategy`: `timeout` bounds every collective; extra keyword arguments go to
-    `DistributedDataParallel` (for example `find_unused_parameters=True`)."""
+    """Lightning's `DDPStrategy`: `timeout` bounds every collective; `ddp_comm_hook` (with its `ddp_comm_state`,
+    wrapped by `ddp_comm_wrapper` when given) replaces DDP's gradient all-reduce, on every device; extra keyword
+    arguments go to `DistributedDataParallel` (for example `find_unused_parameters=True`)."""
 
     def __init__(
         self,
@@ -37,8 +38,13 @@ class DDPStrategy(ParallelStrategy):
         start_method: str = "popen",
         num_nodes: int = 1,
         checkpoint_io: CheckpointIO | None = None,
+        ddp_comm_state: object | None = None,
+        ddp_comm_hook: Callable[..., Any] | None = None,
+        ddp_comm_wrapper: Callable[..., Any] | None = None,
+        model_averaging_period: int | None = None,
         **ddp_kwargs: Any,
     ) -> None:
+        _check_comm_hook(ddp_comm_state, ddp_comm_hook, ddp_comm_wrapper, model_averaging_period)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -51,6 +57,9 @@ class DDPStrategy(ParallelStrategy):
             checkpoint_io=checkpoint_io,
         )
         self.ddp_kwargs = ddp_kwargs
+        self._comm_state, self._comm_hook = ddp_comm_state, ddp_comm_hook
+        if ddp_comm_hook is not None and ddp_comm_wrapper is not None:
+            self._comm_hook = ddp_comm_wrapper(ddp_comm_hook)
         self._ride: FlagsRideGradients | None = None
 
     @property
@@ -64,7 +73,9 @@ class DDPStrategy(ParallelStrategy):
         if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):
             device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
             self.model = DistributedDataParallel(_StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
-            if _gradient_bytes(module) <= min(_FIRST_BUCKET_BYTES, self.model.bucket_bytes_cap):
+            if self._comm_hook is not None:
+                self.model.register_comm_hook(self._comm_state, self._comm_hook)
+            elif _gradient_bytes(module) <= min(_FIRST_BUCKET_BYTES, self.model.bucket_bytes_cap):
                 self._ride = FlagsRideGradients(self.model.process_group)
                 self.model.register_comm_hook(None, self._ride.all_reduce)
             # The training step runs through DDP's forward, which prepares the gradient all-reduce of backward.
@@ -72,9 +83,10 @@ class DDPStrategy(ParallelStrategy):
         return module
 
     def start_any(self, flags: Tensor) -> Callable[[], Tensor]:
-        """For a model all-reduced in one bucket, the flags ride the next backward's gradient all-reduce, which
-        every rank runs anyway: agreeing on them costs no collective of their own. When no backward ran before the
-        call, it agrees on them itself, at once (the same on every rank: DDP's backward is collective).
+        """For a model all-reduced in one bucket, without a communication hook of the user's, the flags ride the
+        next backward's gradient all-reduce, which every rank runs anyway: agreeing on them costs no collective of
+        their own. When no backward ran before the call, it agrees on them itself, at once (the same on every rank:
+        DDP's backward is collective).
 
         A larger model keeps DDP's built-in all-reduce: a Python communication hook runs for every bucket, and over
         several buckets costs more than the flags' one small collective."""
@@ -118,3 +130,21 @@ class _RoutedStep:
 
 def _gradient_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+
+
+def _check_comm_hook(state: object, hook: Any, wrapper: Any, averaging_period: int | None) -> None:
+    """A state or wrapper without a hook would do nothing; post-local SGD needs its optimizer wrapped, which this
+    strategy does not do (the ranks' models would drift apart unaveraged)."""
+    if hook is None and (state is not None or wrapper is not None):
+        given = "ddp_comm_state" if state is not None else "ddp_comm_wrapper"
+        raise ValueError(f"DDPStrategy({given}=...) needs ddp_comm_hook=..., the hook it goes with")
+    if averaging_period is not None or (state is not None and _post_local_sgd(state)):
+        raise ValueError(
+            "DDPStrategy with post-local SGD (model_averaging_period=..., a PostLocalSGDState) is not supported"
+        )
+
+
+def _post_local_sgd(state: object) -> bool:
+    from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState
+
+    return isinstance(state, PostLocalSGDState)

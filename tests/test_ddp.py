@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import torch
 from ddp_app import RankModel, dataset, loader, weights
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 import statemachine as L
@@ -634,6 +635,34 @@ def test_the_ranks_flags_ride_ddps_gradient_all_reduce(tmp_path: Path) -> None:
     # Batches 2 to 4 ran one collective each: their gradient all-reduce, which carried the flags the ranks agree
     # on (should_stop, a SIGTERM, the validation clock), sent after the batch before.
     assert first["collectives"] == second["collectives"] == 3
+
+
+def counting_all_reduce(state, bucket):  # unannotated: DDP refuses postponed (string) annotations
+    state["calls"] += 1
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+class WritesHookCalls(StopsOnRankOne):
+    """Rank 1 sets should_stop after its second batch; each rank writes how often its communication hook ran."""
+
+    def __init__(self, folder: Path, hook_state: dict[str, int]) -> None:
+        super().__init__(folder, wide=False)
+        self.hook_state = hook_state
+
+    def on_train_end(self) -> None:
+        super().on_train_end()
+        path = self.folder / f"rank{self.global_rank}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "hook_calls": self.hook_state["calls"]}))
+
+
+def test_a_users_communication_hook_all_reduces_the_gradients_and_the_ranks_still_agree(tmp_path: Path) -> None:
+    hook_state = {"calls": 0}  # each forked rank counts in its own copy
+    strategy = DDPStrategy(start_method="fork", ddp_comm_state=hook_state, ddp_comm_hook=counting_all_reduce)
+    trainer = _trainer(tmp_path, strategy=strategy, devices=2, max_epochs=5)
+    trainer.fit(WritesHookCalls(tmp_path, hook_state), loader(4))
+    first, second = _ranks(tmp_path)
+    # The hook ran once per backward (one bucket), and should_stop, agreed beside it, stopped both ranks at once.
+    assert first["hook_calls"] == second["hook_calls"] == first["global_step"] == second["global_step"] == 3
 
 
 class FailsAfterItsLastBatch(Linear):

@@ -491,6 +491,19 @@ def test_several_cpu_processes_default_to_ddp_and_a_strategy_instance_keeps_its_
     assert strategy is given and strategy.timeout == timedelta(seconds=42) and strategy.world_size == 3
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ddp_comm_state": object()}, r"DDPStrategy\(ddp_comm_state=\.\.\.\) needs ddp_comm_hook="),
+        ({"ddp_comm_wrapper": print}, r"DDPStrategy\(ddp_comm_wrapper=\.\.\.\) needs ddp_comm_hook="),
+        ({"ddp_comm_hook": print, "model_averaging_period": 4}, r"post-local SGD .* is not supported"),
+    ],
+)
+def test_ddp_strategy_refuses_communication_options_it_cannot_honour(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DDPStrategy(**options)
+
+
 @pytest.mark.parametrize("name", ["accelerator", "parallel_devices", "precision"])
 def test_ddp_strategy_refuses_what_the_trainers_flags_set(name: str) -> None:
     # connect() sets them from accelerator=, devices= and precision=: a value given here would be dropped
