@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -13,10 +13,12 @@ from torch.nn.parallel import DistributedDataParallel
 from devices.accelerators import Accelerator
 from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment
-from devices.flag_ride import FlagsRideGradients
 from devices.parallel import DEFAULT_TIMEOUT, ParallelStrategy
 from devices.precision import Precision
 from devices.strategy import ModuleT
+
+if TYPE_CHECKING:
+    from devices.flag_ride import FlagsRideGradients
 
 # DDP's first gradient bucket holds up to 1 MiB: a model whose gradients fit is all-reduced in one bucket.
 _FIRST_BUCKET_BYTES = 1 << 20
@@ -76,6 +78,8 @@ class DDPStrategy(ParallelStrategy):
             if self._comm_hook is not None:
                 self.model.register_comm_hook(self._comm_state, self._comm_hook)
             elif _gradient_bytes(module) <= min(_FIRST_BUCKET_BYTES, self.model.bucket_bytes_cap):
+                from devices.flag_ride import FlagsRideGradients  # torch's comm hooks load only for a DDP fit
+
                 self._ride = FlagsRideGradients(self.model.process_group)
                 self.model.register_comm_hook(None, self._ride.all_reduce)
             # The training step runs through DDP's forward, which prepares the gradient all-reduce of backward.

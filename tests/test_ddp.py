@@ -620,7 +620,8 @@ class CountsCollectives(Linear):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         group = torch.distributed.distributed_c10d._get_default_group()
-        count = group._get_sequence_number_for_group()  # type: ignore[attr-defined]  # bound in C++, no stub
+        # torch's own count of the collectives a group ran (no public call gives it; bound in C++, without a stub)
+        count = group._get_sequence_number_for_group()  # type: ignore[attr-defined]
         if batch_idx == 2:
             self.started_at = count
         elif batch_idx == 5:
@@ -639,7 +640,7 @@ def test_the_ranks_flags_ride_ddps_gradient_all_reduce(tmp_path: Path) -> None:
 
 def counting_all_reduce(state, bucket):  # unannotated: DDP refuses postponed (string) annotations
     state["calls"] += 1
-    return default_hooks.allreduce_hook(None, bucket)
+    return default_hooks.allreduce_hook(torch.distributed.distributed_c10d._get_default_group(), bucket)
 
 
 class WritesHookCalls(StopsOnRankOne):
