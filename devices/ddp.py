@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -13,15 +13,13 @@ from torch.nn.parallel import DistributedDataParallel
 from devices.accelerators import Accelerator
 from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment
+from devices.flag_ride import SLOTS, FlagsRideGradients
 from devices.parallel import DEFAULT_TIMEOUT, ParallelStrategy
 from devices.precision import Precision
 from devices.strategy import ModuleT
 
-if TYPE_CHECKING:
-    from devices.flag_ride import FlagsRideGradients
-
-# DDP's first gradient bucket holds up to 1 MiB: a model whose gradients fit is all-reduced in one bucket.
-_FIRST_BUCKET_BYTES = 1 << 20
+# With these DDP finds the parameters a backward uses from the forward's output, which the flags' carrier is not in.
+_TRACES_THE_GRAPH = ("find_unused_parameters", "static_graph")
 
 
 class DDPStrategy(ParallelStrategy):
@@ -63,45 +61,80 @@ class DDPStrategy(ParallelStrategy):
         if ddp_comm_hook is not None and ddp_comm_wrapper is not None:
             self._comm_hook = ddp_comm_wrapper(ddp_comm_hook)
         self._ride: FlagsRideGradients | None = None
+        self._static_graph_started = False
 
     @property
     def plain_steps(self) -> bool:
-        """In 32-bit precision backward and the optimizer step are plain: DDP all-reduces the gradients from inside
-        backward, prepared by its forward, which the module's `training_step` goes through (see `setup_module`)."""
+        """In 32-bit precision backward and the optimizer step are plain: DDP all-reduces the gradients (and the
+        flags, see `start_any`) from inside backward, prepared by its forward, which the module's `training_step`
+        goes through (see `setup_module`)."""
         return type(self.precision) is Precision
 
     def setup_module(self, module: ModuleT) -> ModuleT:
         module = super().setup_module(module)
         if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):
             device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
-            self.model = DistributedDataParallel(_StepRouter(module), device_ids=device_ids, **self.ddp_kwargs)
+            if self._flags_may_ride(module):
+                self._ride = FlagsRideGradients(self.root_device)
+            router = _StepRouter(module, None if self._ride is None else self._ride.carrier)
+            self.model = DistributedDataParallel(router, device_ids=device_ids, **self.ddp_kwargs)
+            self._static_graph_started = False
             if self._comm_hook is not None:
                 self.model.register_comm_hook(self._comm_state, self._comm_hook)
-            elif _gradient_bytes(module) <= min(_FIRST_BUCKET_BYTES, self.model.bucket_bytes_cap):
-                from devices.flag_ride import FlagsRideGradients  # torch's comm hooks load only for a DDP fit
-
-                self._ride = FlagsRideGradients(self.model.process_group)
-                self.model.register_comm_hook(None, self._ride.all_reduce)
             # The training step runs through DDP's forward, which prepares the gradient all-reduce of backward.
             module.__dict__["training_step"] = _RoutedStep(self.model)
         return module
 
-    def start_any(self, flags: Tensor) -> Callable[[], Tensor]:
-        """For a model all-reduced in one bucket, without a communication hook of the user's, the flags ride the
-        next backward's gradient all-reduce, which every rank runs anyway: agreeing on them costs no collective of
-        their own. When no backward ran before the call, it agrees on them itself, at once (the same on every rank:
-        DDP's backward is collective).
+    def _flags_may_ride(self, module: nn.Module) -> bool:
+        """Whether every backward of the run goes through `loss_for_backward`, so that the carrier always gets a
+        gradient, as DDP requires of each parameter: automatic optimization (a manual step may call
+        `loss.backward()` itself), DDP not tracing the graph from the forward's output, no communication hook of
+        the user's (which gets the buckets the carrier is in)."""
+        return (
+            getattr(module, "automatic_optimization", False)
+            and not any(self.ddp_kwargs.get(name) for name in _TRACES_THE_GRAPH)
+            and self._comm_hook is None
+        )
 
-        A larger model keeps DDP's built-in all-reduce: a Python communication hook runs for every bucket, and over
-        several buckets costs more than the flags' one small collective."""
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """A manual step backpropagates inside DDP's forward (the training step), before DDP prepared the gradient
+        all-reduce, as it does when its forward returns: the reducer is prepared here first. With `static_graph`,
+        DDP starts the first backward's all-reduce when its forward returns; a manual one needs it started here."""
+        model = self.model
+        if not isinstance(model, DistributedDataParallel) or self.lightning_module.automatic_optimization:
+            return super().backward(loss, *args, **kwargs)
+        syncs = torch.is_grad_enabled() and model.require_backward_grad_sync
+        model.require_forward_param_sync = syncs
+        if syncs:
+            model.reducer._rebuild_buckets()  # what DDP's forward does first; in backward it is refused
+            model.reducer.prepare_for_backward(
+                [loss] if model.find_unused_parameters and not model.static_graph else []
+            )
+        super().backward(loss, *args, **kwargs)
+        if syncs and model.static_graph and not self._static_graph_started:
+            model.reducer._delay_all_reduce()  # type: ignore[attr-defined]  # bound in C++, without a stub
+            self._static_graph_started = True
+
+    def loss_for_backward(self, loss: Tensor) -> Tensor:
         ride = self._ride
-        if ride is None:
+        return loss if ride is None else ride.carry(loss)
+
+    def start_any(self, flags: Sequence[bool]) -> Callable[[], list[bool]]:
+        """Under automatic optimization the flags ride the next backward's gradient all-reduce, which every rank
+        runs anyway (see `FlagsRideGradients`): agreeing on them costs no collective of their own. When no backward
+        carried them by the call, it agrees on them itself, at once (the same on every rank: DDP's backward is
+        collective)."""
+        ride = self._ride
+        if ride is None or len(flags) > SLOTS:
             return super().start_any(flags)
         ride.board(flags)
 
-        def wait() -> Tensor:
+        def wait() -> list[bool]:
             agreed = ride.alight()
-            return self.reduce(flags, reduce_op="max") if agreed is None else agreed
+            if agreed is None:
+                reduced = self.reduce(ride.tensor_of(flags), reduce_op="max").tolist()
+                agreed = [value != 0 for value in reduced[: len(flags)]]
+            return agreed
 
         return wait
 
@@ -114,26 +147,38 @@ class DDPStrategy(ParallelStrategy):
 
 
 class _StepRouter(nn.Module):
-    """What DDP wraps: its forward is the LightningModule's training step."""
+    """What DDP wraps: its forward is the LightningModule's training step; the flags' carrier, when they ride,
+    is a parameter beside the module's (outside the module, its optimizer and its checkpoint)."""
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, flags_carrier: nn.Parameter | None) -> None:
         super().__init__()
         self.module = module
+        self.flags_carrier = flags_carrier
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return cast(Any, type(self.module)).training_step(self.module, *args, **kwargs)
+        module = self.module
+        output = cast(Any, type(module)).training_step(module, *args, **kwargs)
+        if not module.automatic_optimization:
+            # The manual step ran its backward (prepared by `DDPStrategy.backward`): DDP must not prepare for one
+            # more when this forward returns. `_RoutedStep` restores the setting.
+            self.__dict__["ddp"].require_backward_grad_sync = False
+        return output
 
 
 class _RoutedStep:
     def __init__(self, model: DistributedDataParallel) -> None:
         self.model = model
+        model.module.__dict__["ddp"] = model  # not a submodule: DDP wraps the router
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model(*args, **kwargs)
-
-
-def _gradient_bytes(module: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+        model = self.model
+        if model.module.module.automatic_optimization:
+            return model(*args, **kwargs)
+        syncs = model.require_backward_grad_sync  # False inside the user's `no_sync()`
+        try:
+            return model(*args, **kwargs)
+        finally:
+            model.require_backward_grad_sync = syncs
 
 
 def _check_comm_hook(state: object, hook: Any, wrapper: Any, averaging_period: int | None) -> None:

@@ -1,47 +1,60 @@
 """Flags the ranks agree on, carried by DDP's gradient all-reduce instead of a collective of their own."""
 
-# No postponed annotations here: DDP reads a communication hook's annotations at runtime and refuses strings.
+from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
-from torch import Tensor
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch import Tensor, nn
+
+# How many flags one backward can carry: the carrier's size, fixed when DDP is built.
+SLOTS = 8
 
 
 class FlagsRideGradients:
-    """DDP's gradient all-reduce (torch's `allreduce_hook`: each bucket divided by the number of ranks, then summed
-    over them, as DDP's built-in one does it), carrying boarded flags at the end of the first bucket of the next
-    backward: they are summed with the gradients and split off again, nonzero where any rank raised them."""
+    """A parameter of the flags' own beside the model's, in what DDP wraps: backward runs on the loss plus
+    `carrier · flags`, a term whose value nothing reads and whose gradient for the carrier is the flags. DDP's
+    built-in all-reduce averages that gradient with the model's, so after backward each flag is nonzero where any
+    rank raised it: no collective and no Python of their own in backward, for any model size."""
 
-    def __init__(self, group: dist.ProcessGroup) -> None:
-        self.group = group
-        self.size = dist.get_world_size(group)
+    def __init__(self, device: torch.device) -> None:
+        self.carrier = nn.Parameter(torch.zeros(SLOTS, device=device))
+        self.device = device
+        # Each set of flags as a tensor, made once: a batch builds none (they are never written to).
+        self._tensors: dict[tuple[bool, ...], Tensor] = {}
+        # DDP all-reduces every parameter in each backward: one without boarded flags carries zeros.
+        self._no_flags = self.tensor_of(())
         self.boarded: Tensor | None = None
-        self.agreed: Tensor | None = None
+        self.count = 0  # how many flags are boarded
+        self.carried = 0  # how many flags the backwards since the last `alight` carried
 
-    def board(self, flags: Tensor) -> None:
-        self.boarded = flags
+    def tensor_of(self, flags: Sequence[bool]) -> Tensor:
+        key = tuple(flags)
+        tensor = self._tensors.get(key)
+        if tensor is None:
+            padded = [*key, *[False] * (SLOTS - len(key))]
+            tensor = self._tensors[key] = torch.tensor(padded, dtype=torch.float32, device=self.device)
+        return tensor
 
-    def alight(self) -> Tensor | None:
-        """The boarded flags, agreed; None when no backward carried them. Either way they leave."""
-        agreed, self.boarded, self.agreed = self.agreed, None, None
-        return agreed
+    def board(self, flags: Sequence[bool]) -> None:
+        self.boarded, self.count = self.tensor_of(flags), len(flags)
 
-    def all_reduce(self, _: Any, bucket: dist.GradBucket) -> torch.futures.Future[Tensor]:
+    def carry(self, loss: Tensor) -> Tensor:
+        """What backward runs on: `loss` plus the term that carries the boarded flags (zeros when none are)."""
         flags = self.boarded
-        if flags is None or bucket.index() != 0:
-            return default_hooks.allreduce_hook(self.group, bucket)
-        self.boarded = None
-        gradients = bucket.buffer().div_(self.size)
-        length = gradients.numel()
-        joined = torch.cat([gradients, flags.to(gradients.device, gradients.dtype)])
+        if flags is None:
+            return loss + torch.dot(self.carrier, self._no_flags)
+        self.boarded, self.carried = None, self.count
+        return loss + torch.dot(self.carrier, flags)
 
-        def split(done: torch.futures.Future[list[Tensor]]) -> Tensor:
-            # DDP's backward waits for this before it returns: the flags are agreed by the time a step is done.
-            reduced = done.value()[0]
-            self.agreed = reduced[length:]
-            return reduced[:length]
-
-        return dist.all_reduce(joined, group=self.group, async_op=True).get_future().then(split)
+    def alight(self) -> list[bool] | None:
+        """The boarded flags, agreed; None when no backward carried them. Either way they leave. A raised flag is
+        zeroed in the carrier's gradient for the next backward (no optimizer of the user's does it)."""
+        carried, self.carried, self.boarded = self.carried, 0, None
+        gradient = self.carrier.grad
+        if not carried or gradient is None:
+            return None
+        agreed = [value != 0 for value in gradient.tolist()]
+        if any(agreed):
+            gradient.zero_()
+        return agreed[:carried]

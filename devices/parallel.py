@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import atexit
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -302,11 +302,11 @@ class ParallelStrategy(Strategy):
 
         return wait
 
-    def start_any(self, flags: Tensor) -> Callable[[], Tensor]:
-        """Start agreeing 0/1 `flags` without waiting: the call returned gives each flag nonzero where any rank
-        raised it. Here one small all-reduce of their own; a strategy may carry them in a collective it runs
-        anyway."""
-        return self.start_reduce(flags, "max")
+    def start_any(self, flags: Sequence[bool]) -> Callable[[], list[bool]]:
+        """Start agreeing `flags` without waiting: the call returned gives each flag, True where any rank raised
+        it. Here one small all-reduce of their own; a strategy may carry them in a collective it runs anyway."""
+        wait = self.start_reduce(torch.tensor(flags, dtype=torch.float32, device=self.root_device), "max")
+        return lambda: [value != 0 for value in wait().tolist()]
 
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         """Stack every rank's `tensor` along a new first dimension (sizes may differ along dim 0: padded and cut)."""

@@ -71,9 +71,14 @@ class Strategy(ABC):
 
     @property
     def plain_steps(self) -> bool:
-        """Backward and the optimizer step are exactly `loss.backward()` and `optimizer.step()` (no scaling, no
-        autocast, no wrapper), so a loop may call them directly."""
+        """Backward and the optimizer step are exactly `loss_for_backward(loss).backward()` and `optimizer.step()`
+        (no scaling, no autocast, no wrapper), so a loop may call them directly."""
         return False
+
+    def loss_for_backward(self, loss: Tensor) -> Tensor:
+        """What the trainer's backward runs on, after the backward hooks saw `loss`: `loss` itself; a strategy may
+        attach what its backward should carry (see `DDPStrategy.start_any`)."""
+        return loss
 
     @property
     @abstractmethod

@@ -289,7 +289,7 @@ class Optimization:
         loss = self.trainer.strategy.precision.pre_backward(loss)
         hooks.callbacks("on_before_backward", loss)
         hooks.module("on_before_backward", loss)
-        hooks.module("backward", loss, *args, **kwargs)
+        hooks.module("backward", self.trainer.strategy.loss_for_backward(loss), *args, **kwargs)
         hooks.callbacks("on_after_backward")
         hooks.module("on_after_backward")
 

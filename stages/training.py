@@ -114,7 +114,7 @@ class FitLoop:
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
         # Multi-process: this rank's flags, being agreed while a batch runs (see `_send_flags`), and what the ranks
         # agreed last on a SIGTERM and on `_val_interval_passed`.
-        self._flags_in_flight: Callable[[], Tensor] | None = None
+        self._flags_in_flight: Callable[[], list[bool]] | None = None
         self._sigterm_agreed = False
         self._val_time_agreed = False
         self.fetches_itself = False  # training_step takes `dataloader_iter`
@@ -556,6 +556,7 @@ class FitLoop:
         training_step, check_loss = run.hooks.step_method("training_step"), run.optimization.check_loss
         k = self.trainer.accumulate_grad_batches
         zero_grad_progress, on_optimizer_stepped = self.zero_grad_progress, self.on_optimizer_stepped
+        loss_for_backward = self.trainer.strategy.loss_for_backward
 
         def direct_step(batch: Any, batch_idx: int, is_last: bool) -> tuple[Any, Tensor | None]:
             with torch.enable_grad():
@@ -567,7 +568,7 @@ class FitLoop:
             if loss is not None:
                 loss = loss / k if k > 1 else loss
                 check_loss(loss)
-                loss.backward()
+                loss_for_backward(loss).backward()
             if (batch_idx + 1) % k == 0 or is_last:
                 optimizer.step()
                 on_optimizer_stepped()
@@ -652,9 +653,8 @@ class FitLoop:
         strategy = trainer.strategy
         assert isinstance(strategy, ParallelStrategy), "several ranks run under a ParallelStrategy"
         # An agreed stop stays agreed; this rank's own request, taken before the agreed value replaced it, joins it.
-        flags = [stop_requested or trainer.should_stop, trainer.received_sigterm, self._val_interval_passed()]
-        tensor = torch.tensor(flags, dtype=torch.float32, device=strategy.root_device)
-        self._flags_in_flight = strategy.start_any(tensor)
+        flags = (stop_requested or trainer.should_stop, trainer.received_sigterm, self._val_interval_passed())
+        self._flags_in_flight = strategy.start_any(flags)
 
     def _take_flags(self) -> bool:
         """Multi-process, after a batch: the flags agreed while it ran become this rank's, before the batch's
@@ -664,7 +664,7 @@ class FitLoop:
         requested = trainer.should_stop
         wait, self._flags_in_flight = self._flags_in_flight, None
         assert wait is not None, "each epoch's batches start with flags in flight, and each batch sends the next"
-        stop, sigterm, val_time = (bool(flag) for flag in wait().tolist())
+        stop, sigterm, val_time = wait()
         trainer.should_stop = stop
         # Never lowered: a SIGTERM that reached this rank after its flags were sent goes out with the next ones.
         trainer.received_sigterm = trainer.received_sigterm or sigterm

@@ -543,15 +543,15 @@ class WritesWhereItStopped(RankModel):
             "should_stop": self.trainer.should_stop,
             "read_should_stop": self.read_should_stop,
             "validated_at": self.validated_at,
+            "weights": [p.tolist() for p in self.parameters()],
         }
         (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(record))
 
 
 class StopsOnRankOne(WritesWhereItStopped):
-    """Only rank 1's code sets should_stop, after its second batch. `wide`: gradients over DDP's first bucket
-    (1 MiB), which the ranks' flags do not ride: they agree in a collective of their own."""
+    """Only rank 1's code sets should_stop, after its second batch. `wide`: gradients in several of DDP's buckets."""
 
-    def __init__(self, folder: Path, wide: bool) -> None:
+    def __init__(self, folder: Path, wide: bool = False) -> None:
         super().__init__(folder)
         if wide:
             self.net = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 2))
@@ -561,16 +561,75 @@ class StopsOnRankOne(WritesWhereItStopped):
             self.trainer.should_stop = True
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(tmp_path: Path, wide: bool) -> None:
-    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=5)
-    trainer.fit(StopsOnRankOne(tmp_path, wide), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
+class StopsOnRankOneStepByHand(StopsOnRankOne):
+    """Manual optimization."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        loss = super().training_step(batch, batch_idx)
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss
+
+
+class StopsOnRankOneWithLBFGS(StopsOnRankOne):
+    """An optimizer that runs the step (and its backward) several times per batch."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.LBFGS(self.parameters(), lr=0.1, max_iter=3)
+
+
+class StopsOnRankOneOptimizingTheWrappedModel(StopsOnRankOne):
+    """An optimizer over `trainer.model`'s parameters: DDP's wrapper's, which include the trainer's own."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.trainer.model.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize(
+    ("make_module", "ddp_kwargs"),
+    [
+        (StopsOnRankOne, {}),
+        (lambda folder: StopsOnRankOne(folder, wide=True), {}),
+        (StopsOnRankOne, {"find_unused_parameters": True}),
+        (StopsOnRankOne, {"static_graph": True}),
+        (StopsOnRankOneStepByHand, {}),
+        (StopsOnRankOneStepByHand, {"find_unused_parameters": True}),
+        (StopsOnRankOneStepByHand, {"static_graph": True}),
+        (StopsOnRankOneWithLBFGS, {}),
+        (StopsOnRankOneOptimizingTheWrappedModel, {}),
+    ],
+    ids=[
+        "one bucket",
+        "several buckets",
+        "find_unused_parameters",
+        "static_graph",
+        "manual",
+        "manual, find_unused_parameters",
+        "manual, static_graph",
+        "LBFGS",
+        "trainer.model",
+    ],
+)
+def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(
+    tmp_path: Path, make_module: Any, ddp_kwargs: dict[str, Any]
+) -> None:
+    strategy = DDPStrategy(start_method="fork", **ddp_kwargs)
+    trainer = _trainer(tmp_path, strategy=strategy, devices=2, max_epochs=5)
+    trainer.fit(make_module(tmp_path), loader(4))  # 32 samples, 2 ranks, batch 4: 4 batches a rank and epoch
     first, second = _ranks(tmp_path)
     # The ranks agree on their flags while the next batch runs: every rank stops after that next batch, the third
     # of four, and reads the same should_stop at every batch (rank 1's own request shows once they agreed).
     assert first["global_step"] == second["global_step"] == 3
     assert first["should_stop"] and second["should_stop"]
     assert first["read_should_stop"] == second["read_should_stop"] == [False, False, False]
+    # Each rank read other samples: the same weights on both show that every step's gradients were all-reduced.
+    assert first["weights"] == second["weights"]
     # Rank 0's history (handed back to this process): fit ended normally, for that reason.
     stop = trainer.history[-1]
     assert (stop.trigger, stop.dest, stop.epoch, stop.global_step) == ("epoch_boundary", "finished", 1, 3)
@@ -611,12 +670,15 @@ class Linear(L.LightningModule):
 
 class CountsCollectives(Linear):
     """Each rank writes how many collectives its process group ran from the start of batch 2 to that of batch 5
-    (from batch 2 on, DDP has rebuilt its buckets, which it agrees on in collectives of its own)."""
+    (from batch 2 on, DDP has rebuilt its buckets, which it agrees on in collectives of its own), and how many
+    gradient buckets DDP all-reduces (one collective each)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, wide: bool) -> None:
         super().__init__()
         self.folder = folder
         self.started_at = 0
+        if wide:
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 2))
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         group = torch.distributed.distributed_c10d._get_default_group()
@@ -625,17 +687,20 @@ class CountsCollectives(Linear):
         if batch_idx == 2:
             self.started_at = count
         elif batch_idx == 5:
-            record = {"collectives": count - self.started_at}
+            buckets = self.trainer.strategy.model.reducer._get_zeros_like_grad_buckets()
+            record = {"collectives": count - self.started_at, "buckets": len(buckets)}
             (self.folder / f"rank{self.global_rank}.json").write_text(json.dumps(record))
 
 
-def test_the_ranks_flags_ride_ddps_gradient_all_reduce(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wide", [False, True], ids=["one bucket", "several buckets"])
+def test_the_ranks_flags_ride_ddps_gradient_all_reduce(tmp_path: Path, wide: bool) -> None:
     trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=1, enable_checkpointing=False)
-    trainer.fit(CountsCollectives(tmp_path), loader(4, samples=48))  # 6 batches a rank
+    trainer.fit(CountsCollectives(tmp_path, wide), loader(4, samples=48))  # 6 batches a rank
     first, second = _ranks(tmp_path)
-    # Batches 2 to 4 ran one collective each: their gradient all-reduce, which carried the flags the ranks agree
-    # on (should_stop, a SIGTERM, the validation clock), sent after the batch before.
-    assert first["collectives"] == second["collectives"] == 3
+    assert first["buckets"] == second["buckets"] == (2 if wide else 1)
+    # Batches 2 to 4 ran only their gradient all-reduce, one collective a bucket, which carried the flags the ranks
+    # agree on (should_stop, a SIGTERM, the validation clock), sent after the batch before.
+    assert first["collectives"] == second["collectives"] == 3 * first["buckets"]
 
 
 def counting_all_reduce(state, bucket):  # unannotated: DDP refuses postponed (string) annotations
