@@ -636,6 +636,27 @@ def test_should_stop_set_on_one_rank_stops_every_rank_at_the_same_batch(
     assert stop.guards[-1].reason == "`trainer.should_stop` was set"
 
 
+class StopsOnRankOneAtItsThirdBatch(StopsOnRankOne):
+    """Only rank 1's code sets should_stop, after its third batch (mid-way through an accumulation)."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.global_rank == 1 and batch_idx == 2:
+            self.trainer.should_stop = True
+
+
+def test_should_stop_set_on_one_rank_while_gradients_accumulate_stops_every_rank_at_the_same_batch(
+    tmp_path: Path,
+) -> None:
+    trainer = _trainer(tmp_path, strategy="ddp_fork", devices=2, max_epochs=3, accumulate_grad_batches=2)
+    trainer.fit(StopsOnRankOneAtItsThirdBatch(tmp_path), loader(4, samples=64))  # 8 batches a rank and epoch
+    first, second = _ranks(tmp_path)
+    # Each batch's backward carries the flags sent after the one before: raised after batch 2, agreed after batch 3,
+    # whose optimizer step is the epoch's second.
+    assert first["read_should_stop"] == second["read_should_stop"] == [False] * 4
+    assert first["global_step"] == second["global_step"] == 2
+    assert first["weights"] == second["weights"]
+
+
 class ClockAheadOnRankOne(WritesWhereItStopped):
     """Validation an hour after the last: after its second batch, only rank 1's clock says the hour has passed."""
 
