@@ -78,6 +78,7 @@ class DDPStrategy(ParallelStrategy):
                 self._ride = FlagsRideGradients(self.root_device)
             router = _StepRouter(module, None if self._ride is None else self._ride.carrier)
             self.model = DistributedDataParallel(router, device_ids=device_ids, **self.ddp_kwargs)
+            router.__dict__["ddp"] = self.model  # not a submodule: DDP wraps the router
             self._static_graph_started = False
             if self._comm_hook is not None:
                 self.model.register_comm_hook(self._comm_state, self._comm_hook)
@@ -112,7 +113,9 @@ class DDPStrategy(ParallelStrategy):
             )
         super().backward(loss, *args, **kwargs)
         if syncs and model.static_graph and not self._static_graph_started:
-            model.reducer._delay_all_reduce()  # type: ignore[attr-defined]  # bound in C++, without a stub
+            # DDP starts it from its forward's end, after this backward; torch has no public call for it, and its
+            # stub omits this binding (present in torch 2.13's C++ Reducer).
+            model.reducer._delay_all_reduce()  # type: ignore[attr-defined]
             self._static_graph_started = True
 
     def loss_for_backward(self, loss: Tensor) -> Tensor:
@@ -128,13 +131,11 @@ class DDPStrategy(ParallelStrategy):
         if ride is None or len(flags) > SLOTS:
             return super().start_any(flags)
         ride.board(flags)
+        agree_in_own_collective = super().start_any
 
         def wait() -> list[bool]:
             agreed = ride.alight()
-            if agreed is None:
-                reduced = self.reduce(ride.tensor_of(flags), reduce_op="max").tolist()
-                agreed = [value != 0 for value in reduced[: len(flags)]]
-            return agreed
+            return agree_in_own_collective(flags)() if agreed is None else agreed
 
         return wait
 
@@ -168,7 +169,6 @@ class _StepRouter(nn.Module):
 class _RoutedStep:
     def __init__(self, model: DistributedDataParallel) -> None:
         self.model = model
-        model.module.__dict__["ddp"] = model  # not a submodule: DDP wraps the router
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         model = self.model

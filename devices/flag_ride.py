@@ -23,12 +23,12 @@ class FlagsRideGradients:
         # Each set of flags as a tensor, made once: a batch builds none (they are never written to).
         self._tensors: dict[tuple[bool, ...], Tensor] = {}
         # DDP all-reduces every parameter in each backward: one without boarded flags carries zeros.
-        self._no_flags = self.tensor_of(())
+        self._no_flags = self._tensor_of(())
         self.boarded: Tensor | None = None
         self.count = 0  # how many flags are boarded
         self.carried = 0  # how many flags the backwards since the last `alight` carried
 
-    def tensor_of(self, flags: Sequence[bool]) -> Tensor:
+    def _tensor_of(self, flags: Sequence[bool]) -> Tensor:
         key = tuple(flags)
         tensor = self._tensors.get(key)
         if tensor is None:
@@ -37,7 +37,7 @@ class FlagsRideGradients:
         return tensor
 
     def board(self, flags: Sequence[bool]) -> None:
-        self.boarded, self.count = self.tensor_of(flags), len(flags)
+        self.boarded, self.count = self._tensor_of(flags), len(flags)
 
     def carry(self, loss: Tensor) -> Tensor:
         """What backward runs on: `loss` plus the term that carries the boarded flags (zeros when none are)."""
