@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -75,7 +75,7 @@ class DDPStrategy(ParallelStrategy):
         if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):
             device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
             if self._flags_may_ride(module):
-                self._ride = FlagsRideGradients(self.root_device)
+                self._ride = FlagsRideGradients(self.root_device, read_behind=self.flags_read_behind)
             router = _StepRouter(module, None if self._ride is None else self._ride.carrier)
             self.model = DistributedDataParallel(router, device_ids=device_ids, **self.ddp_kwargs)
             router.__dict__["ddp"] = self.model  # not a submodule: DDP wraps the router
@@ -83,8 +83,14 @@ class DDPStrategy(ParallelStrategy):
             if self._comm_hook is not None:
                 self.model.register_comm_hook(self._comm_state, self._comm_hook)
             # The training step runs through DDP's forward, which prepares the gradient all-reduce of backward.
-            module.__dict__["training_step"] = _RoutedStep(self.model)
+            module.__dict__["training_step"] = _RoutedStep(self.model, module)
         return module
+
+    @property
+    def flags_read_behind(self) -> bool:
+        """Whether the flags riding a batch's backward are read after the next batch instead of this one: on a
+        device, reading them at once would make the host wait for the device at every batch."""
+        return self.root_device.type != "cpu"
 
     def _flags_may_ride(self, module: nn.Module) -> bool:
         """Whether every backward of the run goes through `loss_for_backward`, so that the carrier always gets a
@@ -135,7 +141,11 @@ class DDPStrategy(ParallelStrategy):
 
         def wait() -> list[bool]:
             agreed = ride.alight()
-            return agree_in_own_collective(flags)() if agreed is None else agreed
+            if agreed is not None:
+                return agreed
+            # None carried them: agreed here, with any carried before and not read yet (see `flags_read_behind`).
+            own, behind = agree_in_own_collective(flags)(), ride.drain()
+            return own if behind is None else [mine or theirs for mine, theirs in zip(own, behind, strict=True)]
 
         return wait
 
@@ -157,8 +167,8 @@ class _StepRouter(nn.Module):
         self.flags_carrier = flags_carrier
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        module = self.module
-        output = cast(Any, type(module)).training_step(module, *args, **kwargs)
+        module: Any = self._modules["module"]  # not `self.module`: nn.Module's __getattr__ is a Python call a batch
+        output = type(module).training_step(module, *args, **kwargs)
         if not module.automatic_optimization:
             # The manual step ran its backward (prepared by `DDPStrategy.backward`): DDP must not prepare for one
             # more when this forward returns. `_RoutedStep` restores the setting.
@@ -167,12 +177,12 @@ class _StepRouter(nn.Module):
 
 
 class _RoutedStep:
-    def __init__(self, model: DistributedDataParallel) -> None:
-        self.model = model
+    def __init__(self, model: DistributedDataParallel, module: Any) -> None:
+        self.model, self.module = model, module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         model = self.model
-        if model.module.module.automatic_optimization:
+        if self.module.automatic_optimization:
             return model(*args, **kwargs)
         syncs = model.require_backward_grad_sync  # False inside the user's `no_sync()`
         try:

@@ -647,8 +647,9 @@ class FitLoop:
         all) while the batch runs: in one small collective, or, under DDP, inside the batch's gradient all-reduce
         (see `DDPStrategy.start_any`). `_take_flags` reads the result after it.
 
-        The decisions after batch k thus use the flags sent after batch k - 1: every rank reads the same values at
-        the same batch, one batch after a rank raised them, and no batch waits for the collective."""
+        The decisions after batch k thus use the flags sent after batch k - 1 (k - 2 where the strategy reads them
+        a batch late, so that the host does not wait for the device, see `DDPStrategy.flags_read_behind`): every
+        rank reads the same values at the same batch, and no batch waits for the collective."""
         trainer = self.trainer
         strategy = trainer.strategy
         assert isinstance(strategy, ParallelStrategy), "several ranks run under a ParallelStrategy"
@@ -665,9 +666,11 @@ class FitLoop:
         wait, self._flags_in_flight = self._flags_in_flight, None
         assert wait is not None, "each epoch's batches start with flags in flight, and each batch sends the next"
         stop, sigterm, val_time = wait()
-        trainer.should_stop = stop
+        if stop != requested:  # written only when it changes: the Trainer's __setattr__ is a call a batch
+            trainer.should_stop = stop
         # Never lowered: a SIGTERM that reached this rank after its flags were sent goes out with the next ones.
-        trainer.received_sigterm = trainer.received_sigterm or sigterm
+        if sigterm and not trainer.received_sigterm:
+            trainer.received_sigterm = True
         self._sigterm_agreed, self._val_time_agreed = sigterm, val_time
         return requested
 
