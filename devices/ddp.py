@@ -14,7 +14,7 @@ from devices.accelerators import Accelerator
 from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment
 from devices.flag_ride import SLOTS, FlagsRideGradients
-from devices.parallel import DEFAULT_TIMEOUT, ParallelStrategy
+from devices.parallel import DEFAULT_TIMEOUT, FlagsInFlight, ParallelStrategy
 from devices.precision import Precision
 from devices.strategy import ModuleT
 
@@ -75,7 +75,7 @@ class DDPStrategy(ParallelStrategy):
         if self.world_size > 1 and any(p.requires_grad for p in module.parameters()):
             device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
             if self._flags_may_ride(module):
-                self._ride = FlagsRideGradients(self.root_device, read_behind=self.flags_read_behind)
+                self._ride = FlagsRideGradients(self.root_device)
             router = _StepRouter(module, None if self._ride is None else self._ride.carrier)
             self.model = DistributedDataParallel(router, device_ids=device_ids, **self.ddp_kwargs)
             router.__dict__["ddp"] = self.model  # not a submodule: DDP wraps the router
@@ -85,12 +85,6 @@ class DDPStrategy(ParallelStrategy):
             # The training step runs through DDP's forward, which prepares the gradient all-reduce of backward.
             module.__dict__["training_step"] = _RoutedStep(self.model, module)
         return module
-
-    @property
-    def flags_read_behind(self) -> bool:
-        """Whether the flags riding a batch's backward are read after the next batch instead of this one: on a
-        device, reading them at once would make the host wait for the device at every batch."""
-        return self.root_device.type != "cpu"
 
     def _flags_may_ride(self, module: nn.Module) -> bool:
         """Whether every backward of the run goes through `loss_for_backward`, so that the carrier always gets a
@@ -128,26 +122,22 @@ class DDPStrategy(ParallelStrategy):
         ride = self._ride
         return loss if ride is None else ride.carry(loss)
 
-    def start_any(self, flags: Sequence[bool]) -> Callable[[], list[bool]]:
+    def start_any(self, flags: Sequence[bool]) -> FlagsInFlight:
         """Under automatic optimization the flags ride the next backward's gradient all-reduce, which every rank
         runs anyway (see `FlagsRideGradients`): agreeing on them costs no collective of their own. When no backward
-        carried them by the call, it agrees on them itself, at once (the same on every rank: DDP's backward is
-        collective)."""
+        carried them by the time the batch is done, they are agreed then, in one (the same on every rank: DDP's
+        backward is collective)."""
         ride = self._ride
         if ride is None or len(flags) > SLOTS:
             return super().start_any(flags)
         ride.board(flags)
         agree_in_own_collective = super().start_any
 
-        def wait() -> list[bool]:
-            agreed = ride.alight()
-            if agreed is not None:
-                return agreed
-            # None carried them: agreed here, with any carried before and not read yet (see `flags_read_behind`).
-            own, behind = agree_in_own_collective(flags)(), ride.drain()
-            return own if behind is None else [mine or theirs for mine, theirs in zip(own, behind, strict=True)]
+        def settle() -> Callable[[], list[bool]]:
+            read = ride.alight()
+            return agree_in_own_collective(flags)() if read is None else read
 
-        return wait
+        return settle
 
     def teardown(self, module: nn.Module | None = None, optimizers: Any = ()) -> None:
         if module is not None:

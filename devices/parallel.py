@@ -19,9 +19,13 @@ from devices.checkpoint_plugin import CheckpointIO
 from devices.environments import ClusterEnvironment, LightningEnvironment, made_by_trainer
 from devices.precision import Precision
 from devices.strategy import ModuleT, Strategy, _check_reduce_op
+from devices.transfer import copy_to_host
 from devices.watchdog import PeerFailedError, PeerWatch, StalledRankError, failure_store
 
 _log = logging.getLogger(__name__)
+
+# What `start_any` returns: called once the batch the flags rode is done, it returns the call that reads them.
+FlagsInFlight = Callable[[], Callable[[], list[bool]]]
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
 RENDEZVOUS_TIMEOUT = timedelta(minutes=5)
@@ -302,11 +306,24 @@ class ParallelStrategy(Strategy):
 
         return wait
 
-    def start_any(self, flags: Sequence[bool]) -> Callable[[], list[bool]]:
-        """Start agreeing `flags` without waiting: the call returned gives each flag, True where any rank raised
-        it. Here one small all-reduce of their own; a strategy may carry them in a collective it runs anyway."""
+    @property
+    def flags_read_behind(self) -> bool:
+        """Whether a loop reads the flags agreed over a batch after the next batch instead of this one: on a
+        device, reading them at once would make the host wait for the device at every batch."""
+        return self.root_device.type != "cpu"
+
+    def start_any(self, flags: Sequence[bool]) -> FlagsInFlight:
+        """Start agreeing `flags` without waiting. Once the batch they ride is done, the call returned returns the
+        one that reads them: each flag, True where any rank raised it (on a device their copy to the host is
+        started, and reading waits for it alone, see `copy_to_host`). Here one small all-reduce of their own; a
+        strategy may carry them in a collective it runs anyway."""
         wait = self.start_reduce(torch.tensor(flags, dtype=torch.float32, device=self.root_device), "max")
-        return lambda: [value != 0 for value in wait().tolist()]
+
+        def settle() -> Callable[[], list[bool]]:
+            read = copy_to_host(wait())
+            return lambda: [value != 0 for value in read()]
+
+        return settle
 
     def all_gather(self, tensor: Tensor, group: Any | None = None, sync_grads: bool = False) -> Tensor:
         """Stack every rank's `tensor` along a new first dimension (sizes may differ along dim 0: padded and cut)."""

@@ -13,6 +13,25 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 
+def copy_to_host(tensor: Tensor) -> Callable[[], list[Any]]:
+    """Start copying `tensor`'s values to the host: the call returned gives them as a list. On a device it waits
+    for that copy alone, which is queued behind the work that made the tensor, not behind what was queued after it;
+    on the host the values are read at once."""
+    if tensor.is_cpu:
+        values = tensor.tolist()
+        return lambda: values
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    copied = torch.Event(device=tensor.device)
+    copied.record()
+
+    def read() -> list[Any]:
+        copied.synchronize()
+        return host.tolist()
+
+    return read
+
+
 def move_to_device(data: Any, device: torch.device | str | int) -> Any:
     """Return `data` with every tensor (and every object with a `.to` method) moved to `device`.
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from devices.parallel import ParallelStrategy
+from devices.parallel import FlagsInFlight, ParallelStrategy
 from stages import data, rng
 from stages.contract import module_of, run_of
 from stages.dataloader_iter import DataloaderIter, Fetched, takes_dataloader_iter
@@ -66,7 +66,9 @@ _CLOSURE_ONCE = frozenset(
     }
 )
 # FitLoop attributes that are not its state: the trainer, its views, the running epoch, the loader, a collective.
-_NOT_STATE = frozenset({"trainer", "epoch_loop", "_epoch", "_train_loader", "loaded_train", "_flags_in_flight"})
+_NOT_STATE = frozenset(
+    {"trainer", "epoch_loop", "_epoch", "_train_loader", "loaded_train", "_flags_in_flight", "_flags_behind"}
+)
 _EPOCH_DONE = object()  # what the running epoch's generator gives once it has ended
 
 
@@ -112,9 +114,12 @@ class FitLoop:
         self.stepped_this_batch = False
         self.automatic = True  # the module's automatic_optimization, read once per epoch (used per batch)
         self.multi_process = False  # several ranks in this run, read once per epoch (used per batch)
-        # Multi-process: this rank's flags, being agreed while a batch runs (see `_send_flags`), and what the ranks
-        # agreed last on a SIGTERM and on `_val_interval_passed`.
-        self._flags_in_flight: Callable[[], list[bool]] | None = None
+        # Multi-process: this rank's flags, being agreed while a batch runs (see `_send_flags`); reading them a batch
+        # late, those agreed over the batch before, not read yet; what the ranks agreed last on a SIGTERM and on
+        # `_val_interval_passed`.
+        self._flags_in_flight: FlagsInFlight | None = None
+        self.reads_flags_behind = False  # the strategy's `flags_read_behind`, read once per epoch
+        self._flags_behind: Callable[[], list[bool]] | None = None
         self._sigterm_agreed = False
         self._val_time_agreed = False
         self.fetches_itself = False  # training_step takes `dataloader_iter`
@@ -246,7 +251,7 @@ class FitLoop:
         self._continues = False
         self._train_loader = None
         self._restored_rng = None
-        self._flags_in_flight = None  # a run that failed mid-epoch may leave its last flags unread
+        self._flags_in_flight = self._flags_behind = None  # a run that failed mid-epoch may leave flags unread
         self.resume_point = ResumePoint.FRESH
 
     # ---- start ------------------------------------------------------------------------------------------
@@ -401,6 +406,7 @@ class FitLoop:
         start_hooks = not hooks.all_default(("on_train_batch_start",))
         end_hooks = not hooks.all_default(("on_train_batch_end",))
         if multi_process:
+            self.reads_flags_behind, self._flags_behind = self._parallel_strategy().flags_read_behind, None
             self._send_flags(stop_requested=False)
         for index, item, is_last in calls:
             self.batch_idx = index
@@ -647,25 +653,38 @@ class FitLoop:
         all) while the batch runs: in one small collective, or, under DDP, inside the batch's gradient all-reduce
         (see `DDPStrategy.start_any`). `_take_flags` reads the result after it.
 
-        The decisions after batch k thus use the flags sent after batch k - 1 (k - 2 where the strategy reads them
-        a batch late, so that the host does not wait for the device, see `DDPStrategy.flags_read_behind`): every
-        rank reads the same values at the same batch, and no batch waits for the collective."""
+        The decisions after batch k thus use the flags sent after batch k - 1, or k - 2 where they are read a batch
+        late (on a device, see `ParallelStrategy.flags_read_behind`): every rank reads the same values at the same
+        batch, and no batch waits for the collective, nor the host for the device."""
         trainer = self.trainer
-        strategy = trainer.strategy
-        assert isinstance(strategy, ParallelStrategy), "several ranks run under a ParallelStrategy"
         # An agreed stop stays agreed; this rank's own request, taken before the agreed value replaced it, joins it.
         flags = (stop_requested or trainer.should_stop, trainer.received_sigterm, self._val_interval_passed())
-        self._flags_in_flight = strategy.start_any(flags)
+        self._flags_in_flight = self._parallel_strategy().start_any(flags)
 
-    def _take_flags(self) -> bool:
-        """Multi-process, after a batch: the flags agreed while it ran become this rank's, before the batch's
-        decisions. Returns `should_stop` as this rank's code left it, for `_send_flags` to send next: until the
-        ranks agree on it, `trainer.should_stop` reads what they agreed before."""
+    def _parallel_strategy(self) -> ParallelStrategy:
+        strategy = self.trainer.strategy
+        assert isinstance(strategy, ParallelStrategy), "several ranks run under a ParallelStrategy"
+        return strategy
+
+    def _take_flags(self, at_once: bool = False) -> bool:
+        """Multi-process, after a batch: the flags agreed while it ran (reading behind: the batch before; `at_once`:
+        all not read yet) become this rank's, before the batch's decisions. Returns `should_stop` as this rank's
+        code left it, for `_send_flags` to send next: until the ranks agree on it, `trainer.should_stop` reads what
+        they agreed before."""
         trainer = self.trainer
         requested = trainer.should_stop
-        wait, self._flags_in_flight = self._flags_in_flight, None
-        assert wait is not None, "each epoch's batches start with flags in flight, and each batch sends the next"
-        stop, sigterm, val_time = wait()
+        settle, self._flags_in_flight = self._flags_in_flight, None
+        assert settle is not None, "each epoch's batches start with flags in flight, and each batch sends the next"
+        read, behind = settle(), self._flags_behind
+        if self.reads_flags_behind and not at_once:
+            self._flags_behind = read
+            stop, sigterm, val_time = (False, False, False) if behind is None else behind()
+        else:
+            agreed = read()
+            if behind is not None:
+                self._flags_behind = None
+                agreed = [now or before for now, before in zip(agreed, behind(), strict=True)]
+            stop, sigterm, val_time = agreed
         if stop != requested:  # written only when it changes: the Trainer's __setattr__ is a call a batch
             trainer.should_stop = stop
         # Never lowered: a SIGTERM that reached this rank after its flags were sent goes out with the next ones.
@@ -677,8 +696,8 @@ class FitLoop:
     def _agree_now(self) -> None:
         """At the epoch's end (multi-process), before fit decides whether to go on: the flags in flight and this
         rank's now, agreed at once, so no rank's request is lost with the epoch or acted on by that rank alone."""
-        self._send_flags(self._take_flags())
-        self._take_flags()
+        self._send_flags(self._take_flags(at_once=True))
+        self._take_flags(at_once=True)
 
     def _sigterm_stops(self) -> bool:
         """A SIGTERM stops the run: with several ranks once they agreed on it, so that all stop at the same batch."""

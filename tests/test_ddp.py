@@ -658,30 +658,44 @@ def test_should_stop_set_on_one_rank_while_gradients_accumulate_stops_every_rank
 
 
 class ReadsFlagsBehind(DDPStrategy):
-    """Reads the agreed flags a batch late, as on a GPU (where reading them at once makes the host wait for the
-    device), here on the host."""
+    """Reads the agreed flags a batch late, as on a GPU (where reading them at once would make the host wait for
+    the device), here on the host."""
 
     @property
     def flags_read_behind(self) -> bool:
         return True
 
 
-def test_flags_read_a_batch_late_stop_every_rank_at_the_same_batch_one_batch_later(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "make_module", [StopsOnRankOne, StopsOnRankOneStepByHand], ids=["riding the gradients", "own collective"]
+)
+def test_flags_read_a_batch_late_stop_every_rank_at_the_same_batch_one_batch_later(
+    tmp_path: Path, make_module: Any
+) -> None:
     trainer = _trainer(tmp_path, strategy=ReadsFlagsBehind(start_method="fork"), devices=2, max_epochs=5)
-    trainer.fit(StopsOnRankOne(tmp_path), loader(4, samples=64))  # 8 batches a rank and epoch
+    trainer.fit(make_module(tmp_path), loader(4, samples=64))  # 8 batches a rank and epoch
     first, second = _ranks(tmp_path)
-    # Raised after the second batch, carried by the third's backward, read after the fourth.
+    # Raised after the second batch, agreed over the third, read after the fourth.
     assert first["global_step"] == second["global_step"] == 4
     assert first["read_should_stop"] == second["read_should_stop"] == [False] * 4
     assert first["weights"] == second["weights"]
 
 
-def test_flags_read_a_batch_late_are_not_lost_at_the_epochs_end(tmp_path: Path) -> None:
+class StopsOnRankOneAtItsThirdBatchStepByHand(StopsOnRankOneAtItsThirdBatch, StopsOnRankOneStepByHand):
+    """Manual optimization."""
+
+
+@pytest.mark.parametrize(
+    "make_module",
+    [StopsOnRankOneAtItsThirdBatch, StopsOnRankOneAtItsThirdBatchStepByHand],
+    ids=["riding the gradients", "own collective"],
+)
+def test_flags_read_a_batch_late_are_not_lost_at_the_epochs_end(tmp_path: Path, make_module: Any) -> None:
     trainer = _trainer(tmp_path, strategy=ReadsFlagsBehind(start_method="fork"), devices=2, max_epochs=5)
-    trainer.fit(StopsOnRankOneAtItsThirdBatch(tmp_path), loader(4))  # 4 batches a rank and epoch
+    trainer.fit(make_module(tmp_path), loader(4))  # 4 batches a rank and epoch
     first, second = _ranks(tmp_path)
-    # Carried by the epoch's last backward, not read by a batch after it: agreed when the epoch ends, which stops
-    # the run before a second epoch.
+    # Agreed over the epoch's last batch, not read by a batch after it: read when the epoch ends, which stops the
+    # run before a second epoch.
     assert first["global_step"] == second["global_step"] == 4
     assert first["read_should_stop"] == second["read_should_stop"] == [False] * 4
     assert first["weights"] == second["weights"]
