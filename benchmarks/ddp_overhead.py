@@ -23,6 +23,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from devices.environments import LOOPBACK, find_free_port
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH_SIZE, LR = 32, 64, 10, 32, 0.01
 WORLD = 2
+SIDES = ("trainer", "plain")
 
 
 def make_dataset(steps: int) -> TensorDataset:
@@ -144,17 +146,27 @@ def run_plain(steps: int, out: str) -> float:
     return float(Path(out).read_text())
 
 
+def alternate(rounds: int, run: Callable[[str], float]) -> dict[str, list[float]]:
+    """Each side's seconds from `run(side)`: once each to warm up, then `rounds` rounds, the side that goes first
+    alternating."""
+    for side in SIDES:
+        run(side)
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    for round_index in range(rounds):
+        for side in SIDES if round_index % 2 == 0 else SIDES[::-1]:
+            times[side].append(run(side))
+    return times
+
+
 def _one_group_worker(rank: int, steps: int, rounds: int, port: int, out: str) -> None:
-    """Both sides, alternating, in this process: rank 0 writes each side's times (the first round warms up)."""
+    """Both sides, alternating, in this process: rank 0 writes each side's times."""
     _join_group(rank, port)
-    times: dict[str, list[float]] = {"trainer": [], "plain": []}
-    for round_index in range(rounds + 1):
-        order = ("trainer", "plain") if round_index % 2 == 0 else ("plain", "trainer")
-        for side in order:
-            gc.collect()  # what the side before left behind is not collected during this one
-            seconds = fit_timed(steps, "ddp") if side == "trainer" else plain_loop(steps)
-            if round_index:
-                times[side].append(seconds)
+
+    def run(side: str) -> float:
+        gc.collect()  # what the side before left behind is not collected during this one
+        return fit_timed(steps, "ddp") if side == "trainer" else plain_loop(steps)
+
+    times = alternate(rounds, run)
     if rank == 0:
         Path(out).write_text(json.dumps(times))
     dist.destroy_process_group()
@@ -168,15 +180,7 @@ def in_one_group(steps: int, rounds: int, out: str) -> dict[str, list[float]]:
 
 
 def in_processes_of_their_own(steps: int, rounds: int, out: str) -> dict[str, list[float]]:
-    run_trainer(steps, out)  # warm-up
-    run_plain(steps, out)
-    times: dict[str, list[float]] = {"trainer": [], "plain": []}
-    for round_index in range(rounds):
-        order = ("trainer", "plain") if round_index % 2 == 0 else ("plain", "trainer")
-        for side in order:
-            run = run_trainer if side == "trainer" else run_plain
-            times[side].append(run(steps, out))
-    return times
+    return alternate(rounds, lambda side: (run_trainer if side == "trainer" else run_plain)(steps, out))
 
 
 def main() -> None:

@@ -113,8 +113,9 @@ class DDPStrategy(ParallelStrategy):
             )
         super().backward(loss, *args, **kwargs)
         if syncs and model.static_graph and not self._static_graph_started:
-            # DDP starts it from its forward's end, after this backward; torch has no public call for it, and its
-            # stub omits this binding (present in torch 2.13's C++ Reducer).
+            # With static_graph DDP holds the first iteration's all-reduce until its forward returns, which is after
+            # this backward: it is started here. No public call does it; the C++ Reducer binds the method in torch
+            # 2.13, but torch's type stub leaves it out.
             model.reducer._delay_all_reduce()  # type: ignore[attr-defined]
             self._static_graph_started = True
 

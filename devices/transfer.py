@@ -1,4 +1,5 @@
-"""Moving a batch (tensors nested in any usual Python structure) onto a device, or casting its floats."""
+"""Moving a batch (tensors nested in any usual Python structure) onto a device, or casting its floats; copying a
+tensor's values back to the host without waiting for the device."""
 
 from __future__ import annotations
 
