@@ -14,8 +14,10 @@ With `off`, a third run times the floor: a hand-written Lightning-shaped loop do
 Lightning's API must do per batch (see `run_floor`), so the table shows how much of the ratio is the trainer's own.
 
 After a warm-up of each, the runs alternate for `--rounds` rounds; the table shows medians and the ratio of
-medians trainer/plain (and floor/plain). `--log-calls N` times `self.log` itself (N calls inside one training step) and
-the per-batch poll of the machine (the function `Flow.poller("val_check")` gives the training loop, N calls).
+medians trainer/plain (and floor/plain), then the median of each round's own trainer/plain ratio (the two runs of a
+round are back to back, so a slow spell of the machine slows both) with its 95% bootstrap interval. `--log-calls N`
+times `self.log` itself (N calls inside one training step) and the per-batch poll of the machine (the function
+`Flow.poller("val_check")` gives the training loop, N calls).
 
 `--lightning` also times Lightning's own Trainer and LightningModule around the same module code, interleaved.
 
@@ -30,6 +32,7 @@ import importlib
 import json
 import os
 import platform
+import random
 import statistics
 import tempfile
 import time
@@ -356,10 +359,20 @@ def measure(config: str, steps: int, rounds: int, root: str, lightning: Flavour 
     numbers: dict[str, Any] = {f"{name}_s": values for name, values in times.items()}
     numbers.update({f"{name}_us_per_step": median[name] / steps * 1e6 for name in runs})
     numbers["ratio"] = round(median["trainer"] / median["plain"], 3)
+    paired = [trainer / plain for trainer, plain in zip(times["trainer"], times["plain"])]
+    numbers["paired_ratio"] = round(statistics.median(paired), 3)
+    numbers["paired_interval"] = [round(bound, 3) for bound in bootstrap_interval(paired)]
     for other in ("floor", "lightning"):
         if other in median:
             numbers[f"{other}_ratio"] = round(median[other] / median["plain"], 3)
     return numbers
+
+
+def bootstrap_interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """The 95% bootstrap interval of the median of `values` (a fixed seed: the same values give the same interval)."""
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
 def parse_configs(parser: argparse.ArgumentParser, text: str) -> list[str]:
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{args.steps} steps/run, {args.rounds} rounds, threads={args.threads}, ", end="")
     print(f"torch {torch.__version__}, python {platform.python_version()}", end="")
     print(f", against {lightning.name}" if lightning is not None else "")
-    print(f"{'config':<9} {'trainer us/step':>16} {'plain us/step':>14} {'ratio':>7}")
+    print(f"{'config':<9} {'trainer us/step':>16} {'plain us/step':>14} {'ratio':>7} {'per round (95%)':>22}")
     with tempfile.TemporaryDirectory() as root:
         for config in configs:
             numbers = measure(config, args.steps, args.rounds, root, lightning)
@@ -414,9 +427,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for name in ("floor", "lightning")
                 if f"{name}_ratio" in numbers
             ]
+            low, high = numbers["paired_interval"]
             print(
                 f"{config:<9} {numbers['trainer_us_per_step']:16.1f} {numbers['plain_us_per_step']:14.1f} "
-                f"{numbers['ratio']:7.3f}" + (f"   ({', '.join(others)})" if others else "")
+                f"{numbers['ratio']:7.3f} {numbers['paired_ratio']:7.3f} ({low:.3f}-{high:.3f})"
+                + (f"   ({', '.join(others)})" if others else "")
             )
         if args.log_calls:
             per_call = time_log_calls(args.log_calls, root)

@@ -117,6 +117,8 @@ def flatten_hparams(params: Mapping[str, Any] | argparse.Namespace, delimiter: s
 
 def to_float(key: str, value: Any) -> float:
     """One metric value as a float: numbers, one-element tensors and numpy scalars are accepted."""
+    if type(value) is float or type(value) is int:  # what the trainer sends, known without the numbers ABC's check
+        return float(value)
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(

@@ -62,6 +62,9 @@ class TensorBoardLogger(FileLogger):
         self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         self._experiment: SummaryWriter | None = None
         self.hparams: dict[str, Any] = {}
+        # Once hparams.yaml is there, a save only flushes: it runs at every logging step, and its two file checks
+        # cost more than the flush there.
+        self._hparams_file_written = False
 
     @property
     def log_dir(self) -> str:
@@ -134,9 +137,15 @@ class TensorBoardLogger(FileLogger):
         what `load_from_checkpoint(hparams_file=...)` reads)."""
         if self._experiment is not None:
             self._experiment.flush()
-        hparams_file = os.path.join(self.log_dir, self.NAME_HPARAMS_FILE)
-        if os.path.isdir(self.log_dir) and not os.path.isfile(hparams_file):
+        if self._hparams_file_written:
+            return
+        log_dir = self.log_dir
+        hparams_file = os.path.join(log_dir, self.NAME_HPARAMS_FILE)
+        if not os.path.isdir(log_dir):
+            return
+        if not os.path.isfile(hparams_file):
             save_hparams_to_yaml(hparams_file, self.hparams)
+        self._hparams_file_written = True
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
