@@ -73,13 +73,16 @@ def count(side: str, config: str, steps: int, layout: int, runs: bool = True) ->
     # seed: with str hashes random per process, dict and set probing differs and two identical runs differ by
     # millions of instructions. A fixed environment, argv and working directory: they sit on the new process's
     # stack, so with the caller's environment a count depends on the shell it was started from. `BENCH_LAYOUT`
-    # shifts where the process's data lands, one layout per number.
+    # shifts where the process's data lands, one layout per number. No bytecode written: after a source edit the
+    # first child to import a module would compile and cache it and its concurrent sibling not, tens of millions
+    # of instructions on one side only; without the cache every child compiles the same modules.
     env = {
         "PATH": os.defpath,
         "LANG": "C.UTF-8",
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
         "BENCH_LAYOUT": "x" * (37 * layout),
     }
     here = os.path.dirname(os.path.abspath(__file__))
