@@ -1,7 +1,7 @@
 """Import time: `import statemachine as L; L.Trainer` against `import torch`, each in fresh processes.
 
-The trainer needs torch, so what matters is what it adds on top. Runs alternate between the two commands;
-the table shows medians. The children may write bytecode (`PYTHONDONTWRITEBYTECODE` is left out of their
+The trainer needs torch, so what matters is what it adds on top. Runs alternate between the commands; the
+table shows medians. The children may write bytecode (`PYTHONDONTWRITEBYTECODE` is left out of their
 environment) and each command runs once untimed first, so that what is timed is importing, not compiling the
 project's modules.
 
